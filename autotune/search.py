@@ -1,0 +1,201 @@
+"""`autotune search` as a library call: settings in, a study and the best recipe out.
+
+Printing belongs to the caller: progress goes through a `Reporter` (the CLI's draws a bar)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.config import RunSpec, TrainConfig
+from autotune.device import DeviceInfo, describe, resolve_device
+from autotune.errors import AutotuneError, UsageError
+from autotune.models import MODEL_SIZES, build_model, check_model_name, model_shape
+from autotune.recipe import Recipe, now_iso, recipe_measured, software_versions
+from autotune.space import SearchSpace, default_space_path
+from autotune.storage import default_storage_url, open_storage, redact
+from autotune.study import (Objective, StudyContext, StudySummary, TrialFailed, fail_orphaned_trials, open_study,
+                            summarize)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MEMORY_FRACTION = 0.9
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    model: str = "gpt2"
+    device: str = "auto"
+    data: str = "synthetic"
+    seq_len: int | None = None
+    study: str | None = None
+    storage: str | None = None
+    space: str | None = None
+    memory_limit_bytes: int | None = None
+    memory_fraction: float | None = None
+    n_trials: int = 20
+    timeout_s: float | None = None  # the whole search
+    trial_timeout_s: float | None = None  # one trial (default: 300 s on CPU, 600 s on CUDA)
+    warmup: int = 3
+    steps: int = 20
+    seed: int = 0
+    recipe: str | None = None
+    warm_start_from: str | None = None
+
+
+class Reporter(Protocol):
+    def trial_started(self, number: int, cfg: TrainConfig) -> None: ...
+    def trial_finished(self, trial: FrozenTrial, summary: StudySummary) -> None: ...
+
+
+@dataclass
+class SearchResult:
+    study: optuna.Study
+    summary: StudySummary
+    context: StudyContext
+    storage_url: str
+    recipe_path: Path | None
+    new_study: bool
+
+
+def model_slug(model: str) -> str:
+    name = model.rsplit(":", 1)[-1] if ":" in model else model
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
+
+
+def total_host_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def memory_limit(settings: SearchSettings, device: DeviceInfo) -> int:
+    """--memory-limit, else --memory-fraction (default 0.9) of the device total: NVML's
+    total on a GPU, the host's RAM on CPU (where the limit applies to peak RSS)."""
+    if settings.memory_limit_bytes is not None:
+        return settings.memory_limit_bytes
+    fraction = settings.memory_fraction if settings.memory_fraction is not None else DEFAULT_MEMORY_FRACTION
+    if not 0 < fraction <= 1:
+        raise UsageError(f"--memory-fraction must be in (0, 1], got {fraction}")
+    total = device.total_memory_bytes if device.kind == "cuda" else total_host_memory()
+    if not total:
+        raise UsageError("the device's total memory is unknown (no NVML): give --memory-limit")
+    return int(fraction * total)
+
+
+def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
+    """Validate everything before anything is written: (context, study name, storage URL)."""
+    check_model_name(settings.model)
+    device_name = resolve_device(settings.device)
+    device = describe(device_name)
+    model = build_model(settings.model) if settings.model not in MODEL_SIZES else None
+    shape = model_shape(model, settings.seq_len) if model is not None else None
+    if settings.model in MODEL_SIZES:
+        cfg = MODEL_SIZES[settings.model]
+        seq_len, n_layer = settings.seq_len or cfg.block_size, cfg.n_layer
+    else:
+        seq_len, n_layer = shape.context_length, shape.n_layer
+    space_path = settings.space or default_space_path(device.kind)
+    space = SearchSpace.load(space_path, n_layer=n_layer, seq_len=seq_len)
+    spec = RunSpec(model=settings.model, device=device_name, data=settings.data, seq_len=settings.seq_len,
+                   warmup=settings.warmup, steps=settings.steps, seed=settings.seed,
+                   memory_limit_bytes=memory_limit(settings, device))
+    timeout = settings.trial_timeout_s or (300.0 if device.kind == "cpu" else 600.0)
+    ctx = StudyContext(spec=spec, device=device, space=space, memory_limit_bytes=spec.memory_limit_bytes,
+                       trial_timeout_s=timeout)
+    name = settings.study or f"{model_slug(settings.model)}-{device.slug}"
+    url = settings.storage or default_storage_url(name)
+    return ctx, name, url
+
+
+def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> SearchResult:
+    ctx, name, url = prepare(settings)
+    if url.startswith("sqlite") and os.environ.get("AUTOTUNE_WORKERS", "1") != "1":
+        log.warning("SQLite is not for parallel workers: use --storage journal:PATH (one host) or PostgreSQL")
+    storage = open_storage(url, grace_period_s=int(ctx.trial_timeout_s) + 120)
+    study, is_new = open_study(name, storage, ctx, seed=settings.seed)
+    orphans = fail_orphaned_trials(study)
+    if orphans:
+        log.warning("failed %d trial(s) left running by a killed tuner: %s", len(orphans), orphans)
+    if settings.warm_start_from and is_new:
+        from autotune.compare import enqueue_warm_start  # optional feature, separate module
+
+        enqueue_warm_start(study, settings.warm_start_from, ctx)
+
+    objective = Objective(ctx, on_running=reporter.trial_started if reporter else None)
+
+    def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+        if reporter:
+            reporter.trial_finished(trial, summarize(study))
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # our reporter says what happened
+    interrupted = False
+    try:
+        study.optimize(objective, n_trials=settings.n_trials, timeout=settings.timeout_s,
+                       catch=(TrialFailed,), callbacks=[after_trial], gc_after_trial=False)
+    except KeyboardInterrupt:
+        interrupted = True
+    summary = summarize(study)
+    recipe_path = None
+    if summary.best is not None:
+        recipe_path = write_recipe(summary, ctx, name, url, settings.recipe)
+    result = SearchResult(study, summary, ctx, url, recipe_path, is_new)
+    if interrupted:
+        raise SearchInterrupted(result)
+    return result
+
+
+class SearchInterrupted(AutotuneError):
+    """Ctrl-C: the running trial was killed and recorded; the best so far was written."""
+
+    exit_code = 130
+
+    def __init__(self, result: SearchResult) -> None:
+        super().__init__("interrupted: the running trial was stopped and recorded"
+                         + (f"; the best so far is in {result.recipe_path}" if result.recipe_path else ""))
+        self.result = result
+
+
+def recipe_from_trial(summary: StudySummary, study_attrs: dict, study_name: str, storage_url: str,
+                      trial: FrozenTrial | None = None) -> Recipe:
+    trial = trial or summary.best
+    m = trial.user_attrs.get("measurement") or {}
+    return Recipe(
+        config=TrainConfig.from_dict(trial.user_attrs["config"]),
+        model={**(m.get("model") or {}), "name": study_attrs.get("model")},
+        data=study_attrs.get("data", "synthetic"),
+        measured=recipe_measured(m, study_attrs.get("memory_limit_bytes")),
+        reference_speedups={"baseline": summary.speedup(summary.baseline), "checklist": summary.speedup(summary.checklist)},
+        hardware=study_attrs.get("hardware", {}),
+        software=(study_attrs.get("autotune") or {}).get("software") or software_versions(),
+        study={"name": study_name, "storage": redact(storage_url), "trial": trial.number},
+        created=now_iso(),
+    )
+
+
+def write_recipe(summary: StudySummary, ctx: StudyContext, name: str, url: str, path: str | None) -> Path:
+    study_attrs = {"model": ctx.spec.model, "data": ctx.spec.data, "memory_limit_bytes": ctx.memory_limit_bytes,
+                   "hardware": ctx.device.to_dict(), "autotune": {"software": software_versions()}}
+    recipe = recipe_from_trial(summary, study_attrs, name, url)
+    return recipe.save(path or Path("recipes") / f"{name}.json")
+
+
+def load_study(name: str | None, storage_url: str | None) -> optuna.Study:
+    """An existing study for show/export/report, by name and/or storage."""
+    if storage_url is None and name is None:
+        raise UsageError("give --study NAME (and --storage URL when it is not the default SQLite file)")
+    url = storage_url or default_storage_url(name)
+    storage = open_storage(url, create=False)
+    names = [s.study_name for s in storage.get_all_studies()]
+    if name is None:
+        if len(names) != 1:
+            raise UsageError(f"storage {redact(url)} holds {len(names)} studies ({', '.join(names) or 'none'}): give --study")
+        name = names[0]
+    if name not in names:
+        raise UsageError(f"no study {name!r} in {redact(url)}; it holds: {', '.join(names) or 'nothing'}")
+    return optuna.load_study(study_name=name, storage=storage)

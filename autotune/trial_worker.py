@@ -1,0 +1,58 @@
+"""The trial process: `python -m autotune.trial_worker REQUEST RESULT PARENT_PID`.
+
+Runs one measurement in a fresh interpreter (a CUDA OOM or illegal access can poison a
+process; compile caches and DataLoader workers leak across runs) and writes the result as
+JSON. It dies with the tuner: PR_SET_PDEATHSIG delivers SIGKILL if the parent goes first."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # not Linux: the runner's process-group kill still applies
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def main(argv: list[str]) -> int:
+    started = time.time()
+    request_path, result_path, parent_pid = argv[0], argv[1], int(argv[2])
+    _die_with_parent(parent_pid)
+    with open(request_path, encoding="utf-8") as f:
+        request = json.load(f)
+
+    from autotune.config import RunSpec, TrainConfig
+    from autotune.device import DeviceInfo
+    from autotune.errors import AutotuneError
+    from autotune.measure import Measurement, measure
+
+    ready = time.time()
+    spec = RunSpec.from_dict(request["spec"])
+    cfg = TrainConfig.from_dict(request["config"])
+    info = DeviceInfo.from_dict(request["device"]) if request.get("device") else None
+    try:
+        result = measure(spec, cfg, info)
+    except AutotuneError as exc:  # bad input reaching a trial: record it, don't crash
+        result = Measurement(config=cfg.to_dict(), outcome="crashed", reason=str(exc))
+    result.phase_s["process_start"] = ready - started  # interpreter + imports, seen from inside
+    payload = {"measurement": result.to_dict(), "started_at": started, "ready_at": ready}
+    tmp = result_path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(payload, f)
+    os.replace(tmp, result_path)  # atomic: the runner never reads half a result
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
