@@ -103,3 +103,177 @@ def bench(model, device, data, seq_len, warmup, steps, seed, batching, assignmen
     else:
         click.echo(format_measurement(result))
     sys.exit(0 if result.outcome == "ok" else 1)
+
+
+# --- search, show, export ----------------------------------------------------------------------
+
+
+class _ProgressReporter:
+    """A progress bar with the best so far (stderr) and one line per finished trial."""
+
+    def __init__(self, n_trials: int, quiet: bool) -> None:
+        from tqdm import tqdm
+
+        self.quiet = quiet
+        self.bar = tqdm(total=n_trials, unit="trial", file=sys.stderr, dynamic_ncols=True,
+                        disable=quiet or not sys.stderr.isatty())
+
+    def trial_started(self, number: int, cfg) -> None:
+        from autotune.render import config_summary
+
+        self.bar.set_description(f"trial {number}")
+        if not self.quiet and not self.bar.disable:
+            self.bar.write(f"  running #{number}: {config_summary(cfg.to_dict())}", file=sys.stderr)
+
+    def trial_finished(self, trial, summary) -> None:
+        from autotune.render import trial_line
+
+        self.bar.update(1)
+        if summary.best is not None:
+            self.bar.set_postfix_str(f"best {summary.best.value:,.0f} tok/s (#{summary.best.number})")
+        if not self.quiet:
+            self.bar.write(trial_line(trial))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _parse_duration(text: str | None, option: str) -> float | None:
+    """"90", "90s", "10m", "2h" -> seconds."""
+    if text is None:
+        return None
+    from autotune.errors import UsageError
+
+    units = {"": 1, "s": 1, "m": 60, "h": 3600}
+    raw = text.strip().lower()
+    number, unit = raw.rstrip("smh"), raw[len(raw.rstrip("smh")):]
+    try:
+        value = float(number) * units[unit]
+    except (ValueError, KeyError):
+        raise UsageError(f"{option}: cannot read {text!r} as a duration; expected e.g. 90s, 10m or 2h") from None
+    if value <= 0:
+        raise UsageError(f"{option}: the duration must be positive, got {text!r}")
+    return value
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@run_options
+@click.option("--study", default=None, help="Study name (default: <model>-<device slug>, e.g. gpt2-nvidia-h200).")
+@click.option("--storage", default=None, help="Optuna storage URL (default: sqlite:///studies/<study>.db); journal:PATH for one host, many workers.")
+@click.option("--space", default=None, help="Search space YAML (default: search_spaces/gpt2.yaml on CUDA, cpu.yaml on CPU).")
+@click.option("--memory-limit", default=None, help="Peak memory a configuration may use, e.g. 60GiB (GPU memory via NVML; peak RSS on CPU).")
+@click.option("--memory-fraction", type=float, default=None, help="Limit as a fraction of the device's total memory (default 0.9).")
+@click.option("--n-trials", type=int, default=20, show_default=True, help="Trials to run in this invocation (reference trials included).")
+@click.option("--timeout", default=None, help="Stop starting new trials after this long, e.g. 10m.")
+@click.option("--trial-timeout", default=None, help="Kill a trial after this long (default 300s on CPU, 600s on CUDA).")
+@click.option("--recipe", "recipe_path", default=None, help="Where to write the best recipe (default: recipes/<study>.json).")
+@click.option("--warm-start-from", default=None, help="Start a new study with another study's best configurations (REF: .db path or URL#study).")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary instead of tables.")
+@handle_errors
+def search(model, device, data, seq_len, warmup, steps, seed, study, storage, space, memory_limit, memory_fraction,
+           n_trials, timeout, trial_timeout, recipe_path, warm_start_from, as_json) -> None:
+    """Run (or resume) an Optuna study over the search space and write the best recipe.
+
+    Each trial runs in a fresh process and is measured in effective tokens/s; a trial
+    whose peak memory breaks the limit is infeasible and can never be the best. Running
+    the same command again adds trials to the same study.
+    """
+    from autotune.config import parse_memory_size
+    from autotune.render import search_summary, summary_json
+    from autotune.search import SearchInterrupted, SearchSettings, run_search
+
+    if n_trials < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--n-trials")
+    settings = SearchSettings(
+        model=model, device=device, data=data, seq_len=seq_len, study=study, storage=storage, space=space,
+        memory_limit_bytes=parse_memory_size(memory_limit) if memory_limit else None,
+        memory_fraction=memory_fraction, n_trials=n_trials, timeout_s=_parse_duration(timeout, "--timeout"),
+        trial_timeout_s=_parse_duration(trial_timeout, "--trial-timeout"), warmup=warmup, steps=steps, seed=seed,
+        recipe=recipe_path, warm_start_from=warm_start_from,
+    )
+    reporter = _ProgressReporter(n_trials, quiet=as_json)
+    try:
+        result = run_search(settings, reporter)
+    except SearchInterrupted as stop:
+        reporter.close()
+        click.echo(search_summary(stop.result), err=True)
+        raise
+    finally:
+        reporter.close()
+    if as_json:
+        emit_json(summary_json(result))
+    else:
+        click.echo(search_summary(result))
+    if result.summary.best is None:
+        click.echo("Error: no trial fits the memory limit; no recipe written", err=True)
+        sys.exit(1)
+
+
+def study_options(command: Callable) -> Callable:
+    command = click.option("--storage", default=None, help="Optuna storage URL or a .db / .journal path.")(command)
+    return click.option("--study", default=None, help="Study name.")(command)
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@study_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--limit", type=int, default=20, show_default=True, help="Trials to list (best first).")
+@handle_errors
+def show(study, storage, as_json, limit) -> None:
+    """Show a stored study: its trials (best first), outcome counts and the best."""
+    from autotune.render import show_json, show_text
+    from autotune.search import load_study
+    from autotune.study import summarize
+
+    loaded = load_study(study, storage)
+    summary = summarize(loaded)
+    if as_json:
+        emit_json(show_json(loaded, summary))
+    else:
+        click.echo(show_text(loaded, summary, limit))
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("recipe_file", required=False, type=click.Path(dir_okay=False))
+@study_options
+@click.option("-o", "--output", default=None, help="Write here instead of standard output (a study's recipe: default recipes/<study>.json).")
+@click.option("--format", "fmt", type=click.Choice(["json", "yaml", "hf", "lightning"]), default="json", show_default=True,
+              help="json/yaml: the recipe; hf: TrainingArguments kwargs; lightning: Trainer and DataLoader kwargs.")
+@handle_errors
+def export(recipe_file, study, storage, output, fmt) -> None:
+    """Export a recipe (a file, or the best of a stored study) as JSON, YAML, Hugging Face or Lightning settings."""
+    from pathlib import Path
+
+    from autotune.errors import UsageError
+    from autotune.recipe import Recipe
+
+    if (recipe_file is None) == (study is None and storage is None):
+        raise UsageError("give either a RECIPE file or --study (with --storage when not the default)")
+    if recipe_file:
+        recipe = Recipe.load(recipe_file)
+    else:
+        from autotune.search import load_study, recipe_from_trial
+        from autotune.storage import default_storage_url
+        from autotune.study import summarize
+
+        loaded = load_study(study, storage)
+        summary = summarize(loaded)
+        if summary.best is None:
+            raise UsageError(f"study {loaded.study_name!r} has no trial within its memory limit: nothing to export")
+        recipe = recipe_from_trial(summary, loaded.user_attrs, loaded.study_name,
+                                   storage or default_storage_url(loaded.study_name))
+        if output is None and fmt == "json":
+            output = str(Path("recipes") / f"{loaded.study_name}.json")
+    if fmt == "json" and output:
+        path = recipe.save(output)
+        click.echo(f"wrote {path}")
+        return
+    from autotune.export import render
+
+    text = render(recipe, fmt)
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output}")
+    else:
+        click.echo(text, nl=not text.endswith("\n"))

@@ -71,7 +71,8 @@ def check_block_indices(layers: tuple[int, ...], n_blocks: int) -> None:
         )
 
 
-def apply_activation_checkpointing(model: nn.Module, layers: tuple[int, ...], block_path: str | None = None) -> nn.Module:
+def apply_activation_checkpointing(model: nn.Module, layers: tuple[int, ...], block_path: str | None = None,
+                                   *, will_compile: bool = False) -> nn.Module:
     """Recompute the chosen blocks' activations in backward instead of storing them.
 
     The block's `forward` is replaced on the instance, not wrapped in a new module, so the
@@ -83,18 +84,45 @@ def apply_activation_checkpointing(model: nn.Module, layers: tuple[int, ...], bl
     for index in layers:
         block = blocks[index]
         if not is_checkpointed(block):
-            block.forward = _checkpointed(block.forward)
+            block.forward = _checkpointed(block.forward, keep_sdpa_choice=not will_compile)
     return model
 
 
-def _checkpointed(forward: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+def _checkpointed(forward: Callable[..., torch.Tensor], keep_sdpa_choice: bool) -> Callable[..., torch.Tensor]:
     @functools.wraps(forward)
     def run(*args, **kwargs):
         # Non-reentrant: works with kwargs, inputs that need no grad, and torch.compile.
+        # The recomputation runs in backward, usually outside the forced-SDPA context; in
+        # eager it must pick the same attention kernel as the forward did, or the recomputed
+        # tensors differ and checkpoint raises. Compiled blocks bake the kernel into the graph.
+        if keep_sdpa_choice:
+            flags = _sdpa_flags()
+            return checkpoint(forward, *args, use_reentrant=False,
+                              context_fn=lambda: (contextlib.nullcontext(), _sdpa_flags_set(flags)), **kwargs)
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
     setattr(run, _CHECKPOINT_MARK, True)
     return run
+
+
+_SDP_FLAGS = ("flash_sdp", "mem_efficient_sdp", "math_sdp", "cudnn_sdp")
+
+
+def _sdpa_flags() -> tuple[bool, ...]:
+    """Which SDPA backends are enabled now (sdpa_kernel sets these process-wide flags)."""
+    return tuple(getattr(torch.backends.cuda, f"{name}_enabled")() for name in _SDP_FLAGS)
+
+
+@contextlib.contextmanager
+def _sdpa_flags_set(flags: tuple[bool, ...]) -> Iterator[None]:
+    saved = _sdpa_flags()
+    for name, on in zip(_SDP_FLAGS, flags):
+        getattr(torch.backends.cuda, f"enable_{name}")(on)
+    try:
+        yield
+    finally:
+        for name, on in zip(_SDP_FLAGS, saved):
+            getattr(torch.backends.cuda, f"enable_{name}")(on)
 
 
 def is_checkpointed(block: nn.Module) -> bool:
@@ -116,7 +144,7 @@ def is_compiled(block: nn.Module) -> bool:
 
 def apply_model_knobs(model: nn.Module, cfg: TrainConfig, block_path: str | None = None) -> nn.Module:
     """Checkpointing, then compile: the one documented order."""
-    apply_activation_checkpointing(model, cfg.checkpoint_layers, block_path)
+    apply_activation_checkpointing(model, cfg.checkpoint_layers, block_path, will_compile=cfg.compile_mode != "none")
     return apply_compile(model, cfg.compile_mode, block_path)
 
 

@@ -71,3 +71,131 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
         if n == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
+
+
+# --- studies -------------------------------------------------------------------------------
+
+
+def _trial_cfg(trial) -> dict[str, Any] | None:
+    return trial.user_attrs.get("config")
+
+
+def trial_line(trial) -> str:
+    """One line per finished trial: number, outcome, tokens/s, peak memory, the knobs."""
+    attrs = trial.user_attrs
+    outcome = attrs.get("outcome", trial.state.name.lower())
+    tag = f" [{attrs['reference']}]" if attrs.get("reference") else ""
+    dup = f" (same as #{attrs['duplicate_of']})" if "duplicate_of" in attrs else ""
+    cfg = _trial_cfg(trial)
+    knobs = config_summary(cfg) if cfg else ""
+    reason = ""
+    if outcome not in ("ok",) and attrs.get("reason"):
+        reason = f"  -- {attrs['reason'].splitlines()[0][:120]}"
+    return (f"#{trial.number:<3} {outcome:<17} {format_rate(attrs.get('tokens_per_sec')):>12} tok/s  "
+            f"peak {format_bytes(attrs.get('peak_memory_bytes')):>10}  {knobs}{tag}{dup}{reason}")
+
+
+def _speedup(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def best_table(summary) -> str:
+    best = summary.best
+    m = best.user_attrs.get("measurement") or {}
+    rows = [(k, v if not isinstance(v, list) else ",".join(map(str, v)) or "-") for k, v in _trial_cfg(best).items()]
+    rows += [
+        ("effective tokens/s", format_rate(m.get("tokens_per_sec"))),
+        ("padding", format_pct(m.get("padding_fraction"))),
+        ("step time CV", format_pct(m.get("step_time_cv"))),
+        ("MFU", format_pct(m.get("mfu")) if m.get("mfu") is not None else "n/a"),
+        ("peak memory", f"{format_bytes(m.get('peak_memory_bytes'))} ({m.get('peak_memory_source')})"),
+        ("speedup vs baseline", _speedup(summary.speedup(summary.baseline))),
+        ("speedup vs checklist", _speedup(summary.speedup(summary.checklist))),
+    ]
+    return table(("best: trial #" + str(best.number), ""), rows)
+
+
+def _counts_line(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def search_summary(result) -> str:
+    summary = result.summary
+    lines = [f"study {summary.name}: {len(summary.trials)} trials ({_counts_line(summary.counts)}); "
+             f"memory limit {format_bytes(result.context.memory_limit_bytes)}"]
+    for name, ref in (("baseline", summary.baseline), ("checklist", summary.checklist)):
+        if ref is not None:
+            lines.append(f"{name:<10} #{ref.number}: {format_rate(ref.user_attrs.get('tokens_per_sec'))} tok/s "
+                         f"({ref.user_attrs.get('outcome')})")
+    if summary.best is None:
+        lines.append("no trial fits the memory limit")
+        return "\n".join(lines)
+    lines += ["", best_table(summary)]
+    if result.recipe_path:
+        lines.append(f"\nrecipe: {result.recipe_path}")
+    return "\n".join(lines)
+
+
+def _trial_json(trial) -> dict[str, Any]:
+    a = trial.user_attrs
+    return {"number": trial.number, "state": trial.state.name, "outcome": a.get("outcome"), "reason": a.get("reason"),
+            "reference": a.get("reference"), "config": a.get("config"), "tokens_per_sec": a.get("tokens_per_sec"),
+            "peak_memory_bytes": a.get("peak_memory_bytes"), "constraints": trial.constraints or None,
+            "duplicate_of": a.get("duplicate_of")}
+
+
+def summary_json(result) -> dict[str, Any]:
+    from autotune.storage import redact
+
+    s = result.summary
+    return {
+        "study": s.name,
+        "storage": redact(result.storage_url),
+        "memory_limit_bytes": result.context.memory_limit_bytes,
+        "device": result.context.device.to_dict(),
+        "counts": s.counts,
+        "best": _trial_json(s.best) | {"measurement": s.best.user_attrs.get("measurement")} if s.best else None,
+        "baseline": _trial_json(s.baseline) if s.baseline else None,
+        "checklist": _trial_json(s.checklist) if s.checklist else None,
+        "speedup_vs_baseline": s.speedup(s.baseline),
+        "speedup_vs_checklist": s.speedup(s.checklist),
+        "recipe": str(result.recipe_path) if result.recipe_path else None,
+        "n_trials": len(s.trials),
+    }
+
+
+def _ranked(summary) -> list:
+    def key(t):
+        feasible = all(v <= 0 for v in (t.constraints or {}).values())
+        return (t.user_attrs.get("outcome") == "ok" and feasible, t.user_attrs.get("tokens_per_sec") or 0.0)
+
+    return sorted(summary.trials, key=key, reverse=True)
+
+
+def show_text(study, summary, limit: int) -> str:
+    hw = study.user_attrs.get("hardware", {})
+    lines = [f"study {study.study_name}: model {study.user_attrs.get('model')} on {hw.get('name', '?')}, "
+             f"memory limit {format_bytes(study.user_attrs.get('memory_limit_bytes'))}",
+             f"trials: {len(summary.trials)} ({_counts_line(summary.counts)})", ""]
+    for trial in _ranked(summary)[:limit]:
+        lines.append(trial_line(trial))
+    if summary.best is not None:
+        lines += ["", best_table(summary)]
+    else:
+        lines.append("\nno trial fits the memory limit")
+    return "\n".join(lines)
+
+
+def show_json(study, summary) -> dict[str, Any]:
+    s = summary
+    return {
+        "study": study.study_name,
+        "model": study.user_attrs.get("model"),
+        "hardware": study.user_attrs.get("hardware"),
+        "memory_limit_bytes": study.user_attrs.get("memory_limit_bytes"),
+        "counts": s.counts,
+        "best": _trial_json(s.best) if s.best else None,
+        "speedup_vs_baseline": s.speedup(s.baseline),
+        "speedup_vs_checklist": s.speedup(s.checklist),
+        "trials": [_trial_json(t) for t in _ranked(s)],
+    }
