@@ -14,6 +14,7 @@ Rules (gpt-fast / llm.c hygiene):
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -107,7 +108,7 @@ class _Run:
         scaler = grad_scaler(self.kind, self.cfg.amp_dtype)
         dataset = make_dataset(self.spec.data, vocab_size=self.shape.vocab_size, seq_len=seq_len, seed=self.spec.seed)
         loader = build_dataloader(dataset, self.cfg, seq_len=seq_len, seed=self.spec.seed)
-        batches = _endless(loader)
+        batches = endless_batches(loader)
         step = self._step_fn(model, optimizer, scaler)
         self.phase["setup"] = time.perf_counter() - t
         try:
@@ -148,21 +149,7 @@ class _Run:
         return model, self.shape.context_length
 
     def _step_fn(self, model: nn.Module, optimizer: torch.optim.Optimizer, scaler) -> Callable:
-        device, kind, cfg = self.device, self.kind, self.cfg
-
-        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            # non_blocking pairs with pin_memory: from pinned memory the copy overlaps compute.
-            x = x.to(device, non_blocking=True)
-            y = y.to(device, non_blocking=True)
-            with training_context(kind, cfg):
-                loss = model_loss(model(x, y), y)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            return loss
-
-        return step
+        return make_train_step(model, optimizer, scaler, device=self.device, device_kind=self.kind, cfg=self.cfg)
 
     # --- the steps ------------------------------------------------------------------------
 
@@ -341,6 +328,34 @@ class _StepClock:
         return [b - a for a, b in pairs]
 
 
+OPTIMIZER_REGION = "autotune:optimizer"  # profiler label of the optimizer step (see profiling.py)
+
+
+def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, *,
+                    device: torch.device, device_kind: str, cfg: TrainConfig,
+                    annotate: bool = False) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """One training step, as every autotune loop runs it (measure, verify, profile): copy the
+    batch to the device, forward under the config's precision and SDPA backend, scaled
+    backward, optimizer step. `annotate` labels the optimizer step OPTIMIZER_REGION for the
+    profiler; off when measuring, where even an idle record_function costs a little."""
+    optimizer_region = (lambda: torch.profiler.record_function(OPTIMIZER_REGION)) if annotate else contextlib.nullcontext
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # non_blocking pairs with pin_memory: from pinned memory the copy overlaps compute.
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+        with training_context(device_kind, cfg):
+            loss = model_loss(model(x, y), y)
+        scaler.scale(loss).backward()
+        with optimizer_region():
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
 def make_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
     """AdamW as in GPT-2 training; the fused kernel where this torch and device have one."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -366,7 +381,7 @@ def model_loss(output: Any, labels: torch.Tensor) -> torch.Tensor:
     )
 
 
-def _endless(loader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def endless_batches(loader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Batches across epochs (each new epoch reshuffles; persistent workers survive it)."""
     while True:
         empty = True

@@ -15,23 +15,44 @@ Format `autotune.recipe` version 1 (JSON; YAML is accepted on load, safe loader 
     software                   torch, optuna, autotune, python versions
     study                      name, storage (password redacted), trial number
     created                    ISO 8601 time
+
+In a training script (the recipe applies itself; see `Recipe.dataloader` for the dataset contract):
+
+    recipe = autotune.Recipe.load("recipes/gpt2-nvidia-h200.json")
+    model = recipe.apply_to_model(model)        # checkpoint the chosen blocks, then compile
+    loader = recipe.dataloader(dataset)         # workers, prefetch, pinning, token-budget batches
+    scaler = recipe.grad_scaler()               # enabled only for float16
+    for input_ids, labels in loader:
+        with recipe.autocast():                 # AMP dtype (or TF32) and the forced SDPA backend
+            loss = model(input_ids.to(device), labels.to(device))
+        scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
+
+Importing this module does not import torch; the training-side methods do, when called.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import yaml
 
 from autotune import __version__
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
+
+if TYPE_CHECKING:  # torch is imported by the methods that need it, not by `import autotune`
+    import contextlib
+
+    import numpy as np
+    import torch
+    from torch.utils.data import DataLoader
 
 FORMAT = "autotune.recipe"
 FORMAT_VERSION = 1
@@ -56,12 +77,15 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["config"] = self.config.to_dict()
-        return {"format": FORMAT, "version": FORMAT_VERSION, **data}
+        # Through JSON: plain types only (torch.__version__ is a str subclass that
+        # yaml.safe_dump refuses; tuples become lists), whatever the fields were built from.
+        return json.loads(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **data}))
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
+        # A name of its own per process: workers of one study may write the same recipe at once.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
         tmp.replace(path)  # atomic: a kill never leaves half a recipe
         return path
@@ -108,6 +132,77 @@ class Recipe:
                    hardware=raw.get("hardware", {}), software=raw.get("software", {}),
                    study=raw.get("study", {}), created=str(raw.get("created", "")))
 
+    # --- in a training script -------------------------------------------------------------
+
+    def apply_to_model(self, model: "torch.nn.Module", block_path: str | None = None,
+                       device: "str | torch.device | None" = None) -> "torch.nn.Module":
+        """Apply the model-side knobs to `model`, in place, and return it: activation
+        checkpointing of the recipe's blocks, then per-block torch.compile (the one order,
+        see `autotune.knobs`). Works on any model whose blocks sit in one ModuleList at
+        transformer.h, model.layers, layers, blocks (and a few more), or at `block_path`
+        ("stack", "encoder.layer"). A block index beyond the model's count is a UsageError:
+        the recipe was made for a deeper model. `device`: move the model there first, so
+        compile sees the parameters where they will live. State-dict keys do not change."""
+        from autotune.knobs import apply_model_knobs
+
+        if device is not None:
+            model.to(device)
+        return apply_model_knobs(model, self.config, block_path)
+
+    def dataloader(self, dataset: Any, *, collate_fn: Callable[[list["torch.Tensor"]], Any] | None = None,
+                   seq_len: int | None = None, seed: int = 0) -> "DataLoader":
+        """A DataLoader of `(input_ids, labels)` batches with the recipe's workers, prefetch,
+        pinning, persistent workers, token budget and batching mode.
+
+        Dataset contract: map-style (`len(dataset)`, `dataset[i]`), item i one whole
+        training sequence of token ids, as a list, a NumPy array or a 1-D tensor, with
+        2 <= len <= seq_len + 1. The model reads inputs x[:-1] and labels x[1:]; batches are
+        right-padded, inputs with 0 and labels with -100 (ignored by cross-entropy).
+        Batching: "padded" groups sequences of similar length into batches of at most
+        token_budget tokens (padding included); "fixed" takes token_budget // seq_len
+        sequences padded to seq_len; "packed" concatenates and cuts windows of seq_len + 1.
+
+        Lengths: when the dataset has a `lengths` attribute (lengths[i] == len(dataset[i]),
+        or an upper bound of it) batches are planned from it without reading the data.
+        Without one, every item is read once, here, in this process, to learn its length:
+        one full pass over the dataset (tokenization included, if __getitem__ tokenizes),
+        before training starts. Give large datasets a `lengths` attribute.
+
+        seq_len: the recipe's (model["seq_len"]), else the longest item - 1.
+        collate_fn: replaces the padding collate; it receives the list of 1-D int64 tensors.
+        pin_memory on a machine without CUDA is dropped, with one warning."""
+        import numpy as np
+        import torch
+
+        from autotune.data import build_dataloader
+
+        lengths = _item_lengths(dataset)
+        if seq_len is None:
+            seq_len = self.model.get("seq_len") or (int(lengths.max()) - 1 if len(lengths) else None)
+        _check_lengths(lengths, seq_len)
+        cfg = self.config
+        if cfg.pin_memory and not torch.cuda.is_available():
+            warnings.warn("recipe: pin_memory dropped, there is no CUDA device to copy to", RecipeEnvironmentWarning,
+                          stacklevel=2)
+            cfg = cfg.replace(pin_memory=False)
+        return build_dataloader(TokenSequences(dataset, np.asarray(lengths, dtype=np.int64)), cfg,
+                                seq_len=int(seq_len), seed=seed, collate_fn=collate_fn)
+
+    def autocast(self, device_type: str | None = None) -> "contextlib.AbstractContextManager[None]":
+        """What each forward pass runs under: autocast to the recipe's AMP dtype (or TF32
+        matmuls) and the forced SDPA backend. device_type: "cuda" when CUDA is available,
+        else "cpu"."""
+        from autotune.knobs import training_context
+
+        return training_context(_device_kind(device_type), self.config)
+
+    def grad_scaler(self, device_type: str | None = None) -> "torch.amp.GradScaler":
+        """A GradScaler enabled only for float16 (a disabled one is a no-op), so the
+        training step is the same code whatever the dtype."""
+        from autotune.knobs import grad_scaler
+
+        return grad_scaler(_device_kind(device_type), self.config.amp_dtype)
+
     # --- provenance --------------------------------------------------------------------------
 
     def differences_from_here(self, device: str | None = None) -> list[str]:
@@ -138,11 +233,75 @@ class RecipeEnvironmentWarning(UserWarning):
     """The recipe was measured on other hardware or another torch version."""
 
 
+# --------------------------------------------------------------------- training helpers
+
+
+class TokenSequences:
+    """A user's dataset as autotune's loader reads it: items as 1-D int64 tensors, and
+    `lengths` for planning batches. Top-level, holding only the dataset and an array, so
+    DataLoader workers can pickle it (the user's dataset must be picklable too)."""
+
+    def __init__(self, dataset: Any, lengths: "np.ndarray") -> None:
+        self.dataset = dataset
+        self.lengths = lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> "torch.Tensor":
+        import torch
+
+        item = torch.as_tensor(self.dataset[i], dtype=torch.long)
+        if item.dim() != 1:
+            raise UsageError(f"dataset item {i} has shape {tuple(item.shape)}; expected one sequence of token ids (1-D)")
+        return item
+
+
+def _item_lengths(dataset: Any) -> "np.ndarray":
+    import numpy as np
+
+    if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+        raise UsageError(f"dataset: expected a map-style dataset (len() and [i]), got {type(dataset).__name__}")
+    given: Sequence[int] | None = getattr(dataset, "lengths", None)
+    if given is not None:
+        lengths = np.asarray(given, dtype=np.int64)
+        if lengths.shape != (len(dataset),):
+            raise UsageError(f"dataset.lengths has {lengths.size} entries for {len(dataset)} items")
+        return lengths
+    # No lengths: one pass over the data (documented in Recipe.dataloader).
+    return np.fromiter((len(dataset[i]) for i in range(len(dataset))), dtype=np.int64, count=len(dataset))
+
+
+def _check_lengths(lengths: "np.ndarray", seq_len: int | None) -> None:
+    import numpy as np
+
+    if len(lengths) == 0:
+        raise UsageError("dataset is empty")
+    if seq_len is None or seq_len < 1:
+        raise UsageError(f"seq_len must be a positive integer, got {seq_len!r}")
+    short = np.flatnonzero(lengths < 2)
+    if len(short):
+        raise UsageError(f"dataset item {int(short[0])} has {int(lengths[short[0]])} tokens; each item needs at least 2 "
+                         "(inputs are x[:-1], labels x[1:])")
+    long = np.flatnonzero(lengths > seq_len + 1)
+    if len(long):
+        raise UsageError(f"dataset item {int(long[0])} has {int(lengths[long[0]])} tokens, more than seq_len + 1 = "
+                         f"{seq_len + 1}; cut documents into pieces of at most seq_len + 1 tokens")
+
+
+def _device_kind(device_type: str | None) -> str:
+    if device_type is None:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return str(device_type).split(":", 1)[0]  # autocast takes "cuda", not "cuda:1"
+
+
 def software_versions() -> dict[str, str]:
     import optuna
     import torch
 
-    return {"torch": torch.__version__, "optuna": optuna.__version__, "autotune": __version__,
+    return {"torch": str(torch.__version__), "optuna": optuna.__version__, "autotune": __version__,
             "python": platform.python_version()}
 
 
