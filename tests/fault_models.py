@@ -1,0 +1,97 @@
+"""Models that fail on purpose, loaded as `--model tests.fault_models:<factory>` by the search
+tests: each is gpt2-tiny with a forward that misbehaves in one way a real trial can.
+
+    segfault     the process dies of SIGSEGV (after a line on stderr, so the reason shows it)
+    hang         starts a child process (like a DataLoader worker), then never returns
+    memory_hog   holds a buffer proportional to the batch's token positions: peak RSS
+                 follows token_budget (~64 KiB per position, capped at ~1.2 GB)
+    raises       raises ValueError("boom")
+
+The trial process imports them from its working directory (the test's tmp dir), so the
+tests put the repository root on PYTHONPATH."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from autotune.models import GPT, MODEL_SIZES
+
+# Where `hang` writes the pid of the child it starts, when the test asks for it.
+PIDFILE_ENV = "AUTOTUNE_TEST_PIDFILE"
+HOG_BYTES_PER_TOKEN = 64 * 1024
+HOG_CAP_BYTES = 1_200_000_000
+
+
+class _Tiny(GPT):
+    def __init__(self) -> None:
+        super().__init__(MODEL_SIZES["gpt2-tiny"])
+
+
+class Segfault(_Tiny):
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        print("fault_models: about to segfault", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(10)  # the signal is delivered before this returns
+        raise AssertionError("unreachable")
+
+
+class Hang(_Tiny):
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        # A child in the trial's process group, as a DataLoader worker would be: the runner
+        # must kill it together with the trial.
+        child = subprocess.Popen(["sleep", "1000"], stdin=subprocess.DEVNULL)
+        pidfile = os.environ.get(PIDFILE_ENV)
+        if pidfile:
+            with open(pidfile, "w", encoding="utf-8") as f:
+                f.write(str(child.pid))
+        while True:
+            time.sleep(60)
+
+
+class MemoryHog(_Tiny):
+    """Peak RSS = the process's own + HOG_BYTES_PER_TOKEN x the largest batch's token
+    positions (rounded up to a power of two). The buffer is kept on the model across steps and only replaced (freed first)
+    when a batch is larger, so the peak follows token_budget, not the number of steps, and
+    a step costs no more than a tiny one once the buffer is there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hoard: list[torch.Tensor] = []
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        # Rounded up to a power of two: batches of one budget differ by a few positions, and
+        # one allocation per trial keeps the steps cheap.
+        positions = 1 << max(0, input_ids.numel() - 1).bit_length()
+        nbytes = min(positions * HOG_BYTES_PER_TOKEN, HOG_CAP_BYTES)
+        if not self._hoard or self._hoard[0].numel() < nbytes:
+            self._hoard.clear()
+            self._hoard.append(torch.ones(nbytes, dtype=torch.uint8))  # ones: every page is touched
+        # The loss on one sequence: the model's compute stays small whatever the budget.
+        return super().forward(input_ids[:1], None if labels is None else labels[:1])
+
+
+class Raises(_Tiny):
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        raise ValueError("boom")
+
+
+def segfault() -> GPT:
+    return Segfault()
+
+
+def hang() -> GPT:
+    return Hang()
+
+
+def memory_hog() -> GPT:
+    return MemoryHog()
+
+
+def raises() -> GPT:
+    return Raises()
