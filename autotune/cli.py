@@ -159,7 +159,9 @@ def _parse_duration(text: str | None, option: str) -> float | None:
 @main.command(context_settings=CONTEXT_SETTINGS)
 @run_options
 @click.option("--study", default=None, help="Study name (default: <model>-<device slug>, e.g. gpt2-nvidia-h200).")
-@click.option("--storage", default=None, help="Optuna storage URL (default: sqlite:///studies/<study>.db); journal:PATH for one host, many workers.")
+@click.option("--storage", default=None, envvar="AUTOTUNE_STORAGE", show_envvar=True,
+              help="Optuna storage URL (default: sqlite:///studies/<study>.db); journal:PATH for one host, many workers; "
+                   "postgresql://... for many hosts (the environment variable keeps a password off the command line).")
 @click.option("--space", default=None, help="Search space YAML (default: search_spaces/gpt2.yaml on CUDA, cpu.yaml on CPU).")
 @click.option("--memory-limit", default=None, help="Peak memory a configuration may use, e.g. 60GiB (GPU memory via NVML; peak RSS on CPU).")
 @click.option("--memory-fraction", type=float, default=None, help="Limit as a fraction of the device's total memory (default 0.9).")
@@ -168,10 +170,14 @@ def _parse_duration(text: str | None, option: str) -> float | None:
 @click.option("--trial-timeout", default=None, help="Kill a trial after this long (default 300s on CPU, 600s on CUDA).")
 @click.option("--recipe", "recipe_path", default=None, help="Where to write the best recipe (default: recipes/<study>.json).")
 @click.option("--warm-start-from", default=None, help="Start a new study with another study's best configurations (REF: .db path or URL#study).")
+@click.option("--devices", default=None, metavar="0,1,...",
+              help="One worker per GPU of this host (indices as nvidia-smi lists them, or UUIDs), all on one study; "
+                   "--n-trials is then the total. Use journal:PATH or PostgreSQL storage.")
+@click.option("--worker", is_flag=True, hidden=True)  # a child of --devices: the parent prints the summary
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary instead of tables.")
 @handle_errors
 def search(model, device, data, seq_len, warmup, steps, seed, study, storage, space, memory_limit, memory_fraction,
-           n_trials, timeout, trial_timeout, recipe_path, warm_start_from, as_json) -> None:
+           n_trials, timeout, trial_timeout, recipe_path, warm_start_from, devices, worker, as_json) -> None:
     """Run (or resume) an Optuna study over the search space and write the best recipe.
 
     Each trial runs in a fresh process and is measured in effective tokens/s; a trial
@@ -191,21 +197,33 @@ def search(model, device, data, seq_len, warmup, steps, seed, study, storage, sp
         trial_timeout_s=_parse_duration(trial_timeout, "--trial-timeout"), warmup=warmup, steps=steps, seed=seed,
         recipe=recipe_path, warm_start_from=warm_start_from,
     )
-    reporter = _ProgressReporter(n_trials, quiet=as_json)
+    reporter = _ProgressReporter(n_trials, quiet=as_json or bool(devices))
     try:
-        result = run_search(settings, reporter)
+        if devices:
+            from autotune.workers import run_workers
+
+            result = run_workers(settings, devices, as_json=as_json)
+        else:
+            result = run_search(settings, reporter)
     except SearchInterrupted as stop:
         reporter.close()
-        click.echo(search_summary(stop.result), err=True)
+        if not worker:
+            click.echo(search_summary(stop.result), err=True)
         raise
     finally:
         reporter.close()
+    if worker:
+        return  # the --devices parent prints the summary of the whole study
+    for failure in result.worker_failures:
+        click.echo(f"Error: {failure}", err=True)
     if as_json:
         emit_json(summary_json(result))
     else:
         click.echo(search_summary(result))
     if result.summary.best is None:
-        click.echo("Error: no trial fits the memory limit; no recipe written", err=True)
+        click.echo(f"Error: {result.summary.no_best_reason}; no recipe written", err=True)
+        sys.exit(1)
+    if result.worker_failures:
         sys.exit(1)
 
 
@@ -277,3 +295,73 @@ def export(recipe_file, study, storage, output, fmt) -> None:
         click.echo(f"wrote {output}")
     else:
         click.echo(text, nl=not text.endswith("\n"))
+
+
+from autotune.cli_recipe import profile, verify  # noqa: E402  (commands live beside their concern)
+main.add_command(verify)
+main.add_command(profile)
+
+
+# --- compare, report, dashboard ----------------------------------------------------------------
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("refs", nargs=-1, required=True, metavar="REF...")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print a Markdown table.")
+@handle_errors
+def compare(refs, as_json, as_markdown) -> None:
+    """Compare studies side by side: the same model tuned on two GPUs, say.
+
+    A REF is a storage (PATH.db, PATH.journal, journal:PATH or an Optuna storage URL),
+    with #STUDY when the storage holds more than one study:
+    studies/gpt2-nvidia-a100.db  or  postgresql://tuner@db/autotune#gpt2-h200.
+    Knobs whose best value differs between the studies are marked with *.
+    """
+    from autotune.compare import comparison_markdown, comparison_text, load_comparison
+    from autotune.errors import UsageError
+
+    if as_json and as_markdown:
+        raise UsageError("give --json or --markdown, not both")
+    comparison = load_comparison(refs)
+    if as_json:
+        emit_json(comparison.to_dict())
+    elif as_markdown:
+        click.echo(comparison_markdown(comparison))
+    else:
+        click.echo(comparison_text(comparison))
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@study_options
+@click.option("--out", "out_dir", default=None, help="Folder to write (default: reports/<study>).")
+@handle_errors
+def report(study, storage, out_dir) -> None:
+    """Write a study's figures (PNG), index.html and report.md: readable without Python."""
+    from pathlib import Path
+
+    from autotune.report import write_report
+    from autotune.search import load_study
+    from autotune.storage import default_storage_url, redact
+
+    loaded = load_study(study, storage)
+    shown = redact(storage or default_storage_url(loaded.study_name))
+    written = write_report(loaded, out_dir or Path("reports") / loaded.study_name, storage=shown)
+    for path in [*written.images.values(), written.markdown]:
+        click.echo(f"wrote {path}")
+    click.echo(f"open {written.html}")
+
+
+@main.command(context_settings=CONTEXT_SETTINGS)
+@study_options
+@click.option("--port", type=int, default=8080, show_default=True, help="Port on 127.0.0.1.")
+@handle_errors
+def dashboard(study, storage, port) -> None:
+    """Browse a study in optuna-dashboard on 127.0.0.1 (until Ctrl-C)."""
+    from autotune.report import dashboard_url, require_dashboard, serve_dashboard
+    from autotune.search import load_study
+
+    require_dashboard()  # before anything is opened
+    loaded = load_study(study, storage)
+    click.echo(f"optuna-dashboard for study {loaded.study_name}: {dashboard_url(loaded, port)}  (Ctrl-C to stop)", err=True)
+    serve_dashboard(loaded, port)

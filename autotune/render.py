@@ -128,7 +128,7 @@ def search_summary(result) -> str:
             lines.append(f"{name:<10} #{ref.number}: {format_rate(ref.user_attrs.get('tokens_per_sec'))} tok/s "
                          f"({ref.user_attrs.get('outcome')})")
     if summary.best is None:
-        lines.append("no trial fits the memory limit")
+        lines.append(summary.no_best_reason)
         return "\n".join(lines)
     lines += ["", best_table(summary)]
     if result.recipe_path:
@@ -182,7 +182,7 @@ def show_text(study, summary, limit: int) -> str:
     if summary.best is not None:
         lines += ["", best_table(summary)]
     else:
-        lines.append("\nno trial fits the memory limit")
+        lines.append("\n" + summary.no_best_reason)
     return "\n".join(lines)
 
 

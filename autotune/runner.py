@@ -61,9 +61,9 @@ def run_trial(spec: RunSpec, cfg: TrainConfig, *, timeout_s: float, device: Devi
                 start_new_session=True,  # its own process group, killed whole
                 env=_child_env(env), cwd=os.getcwd(),
             )
-            if on_start is not None:
-                on_start(proc.pid)
             try:
+                if on_start is not None:  # inside the try: a Ctrl-C here must still kill the group
+                    on_start(proc.pid)
                 verdict = _wait(proc, timeout_s, spec)
             finally:
                 kill_group(proc.pid)  # workers and anything else the trial started

@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
+import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -20,7 +21,8 @@ from autotune.errors import AutotuneError, UsageError
 from autotune.models import MODEL_SIZES, build_model, check_model_name, model_shape
 from autotune.recipe import Recipe, now_iso, recipe_measured, software_versions
 from autotune.space import SearchSpace, default_space_path
-from autotune.storage import default_storage_url, open_storage, redact
+from autotune.runner import process_alive
+from autotune.storage import default_grace_period_s, default_storage_url, is_sqlite, open_storage, redact
 from autotune.study import (Objective, StudyContext, StudySummary, TrialFailed, fail_orphaned_trials, open_study,
                             summarize)
 
@@ -63,6 +65,7 @@ class SearchResult:
     storage_url: str
     recipe_path: Path | None
     new_study: bool
+    worker_failures: list[str] = field(default_factory=list)  # --devices: workers that did not end well
 
 
 def model_slug(model: str) -> str:
@@ -115,13 +118,13 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
 
 def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> SearchResult:
     ctx, name, url = prepare(settings)
-    if url.startswith("sqlite") and os.environ.get("AUTOTUNE_WORKERS", "1") != "1":
-        log.warning("SQLite is not for parallel workers: use --storage journal:PATH (one host) or PostgreSQL")
-    storage = open_storage(url, grace_period_s=int(ctx.trial_timeout_s) + 120)
+    storage = open_storage(url, grace_period_s=default_grace_period_s())
     study, is_new = open_study(name, storage, ctx, seed=settings.seed)
     orphans = fail_orphaned_trials(study)
     if orphans:
         log.warning("failed %d trial(s) left running by a killed tuner: %s", len(orphans), orphans)
+    if is_sqlite(url):
+        warn_if_sqlite_shared(study, url)
     if settings.warm_start_from and is_new:
         from autotune.compare import enqueue_warm_start  # optional feature, separate module
 
@@ -148,6 +151,22 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     if interrupted:
         raise SearchInterrupted(result)
     return result
+
+
+SQLITE_WORKERS_WARNING = ("SQLite is not for parallel workers (one writer at a time: they fail with 'database is "
+                          "locked'): use --storage journal:PATH on one host, or PostgreSQL across hosts")
+
+
+def warn_if_sqlite_shared(study: optuna.Study, url: str) -> bool:
+    """Warn when another live tuner on this host is running a trial of this SQLite study."""
+    host, me = socket.gethostname(), os.getpid()
+    others = sorted({t.user_attrs.get("tuner_pid") for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                     if t.user_attrs.get("host") == host and t.user_attrs.get("tuner_pid") not in (None, me)
+                     and process_alive(t.user_attrs["tuner_pid"])})
+    if others:
+        log.warning("another tuner (pid %s) is working on study %r in %s. %s", ", ".join(map(str, others)),
+                    study.study_name, redact(url), SQLITE_WORKERS_WARNING)
+    return bool(others)
 
 
 class SearchInterrupted(AutotuneError):

@@ -6,6 +6,7 @@ an infeasible trial can never be the best. How a trial is recorded, by outcome:
 
     ok, over_memory_limit   COMPLETE, value = tokens/s, constraint from the measured peak
     oom                     COMPLETE, value = 0, constraint 1 (infeasible)
+                            (so is over_memory_limit stopped early by the CPU RSS watchdog)
     unsupported             PRUNED before any process starts (or after the run said so)
     timeout, crashed        FAIL, with the reason
     interrupted             FAIL (Ctrl-C), with the reason
@@ -20,6 +21,7 @@ import json
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -34,6 +36,7 @@ from autotune.knobs import DeviceCapabilities, check_supported
 from autotune.errors import UnsupportedConfig
 from autotune.runner import TrialResult, process_alive, run_trial
 from autotune.space import SearchSpace
+from autotune.storage import RetryStaleTrial
 
 log = logging.getLogger(__name__)
 
@@ -85,20 +88,46 @@ def study_attrs(ctx: StudyContext) -> dict[str, Any]:
     }
 
 
+def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+    """The tuner's sampler, in one place: benchmarks/sample_efficiency.py replays this exact one.
+    TPE (multivariate by default in Optuna 5) reads the memory constraint that the objective
+    records with `trial.set_constraint`; 5 random start-up trials before it models the space."""
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
+
+
+# A study is ready once its identity attr is written. Its creator writes every other attr and
+# enqueues the reference trials first, so a worker that sees the identity also sees them.
+READY_ATTR = "identity"
+JOIN_WAIT_S = 30.0  # how long a joining worker waits for the creator to finish setting up
+
+
 def open_study(name: str, storage, ctx: StudyContext, *, seed: int | None = None) -> tuple[optuna.Study, bool]:
     """Create the study, or resume it when it was made for the same hardware, model, data
-    and space. Returns (study, is_new)."""
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
-    study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler,
-                                load_if_exists=True)
-    existing = study.user_attrs.get("identity")
-    if existing is None:
-        for key, value in study_attrs(ctx).items():
-            study.set_user_attr(key, value)
-        enqueue_references(study, ctx)
+    and space. Returns (study, is_new).
+
+    Race-free with many workers: only the one whose `create_study` succeeds sets the study
+    up and enqueues the reference trials; the others get DuplicatedStudyError, load it and
+    wait until it is ready. (load_if_exists would let two new workers both see an empty
+    study and both enqueue the references.)"""
+    sampler = make_sampler(seed)
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler)
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    else:
+        _set_up(study, ctx)
         return study, True
-    if seed is not None:  # a resumed study must not replay the first run's random draws
-        study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials), n_startup_trials=5)
+    existing = _wait_until_ready(study)
+    if existing is None:
+        if study.trials:
+            raise UsageError(f"study {name!r} exists but was not made by `autotune search` (it has no identity): "
+                             f"choose another name with --study")
+        # Created, then its creator stopped before setting it up: finish the job.
+        log.warning("study %r was created but never set up (its creator stopped early): setting it up now", name)
+        _set_up(study, ctx)
+        return study, True
+    if seed is not None:
+        study.sampler = make_sampler(worker_seed(seed, len(study.trials)))
     mismatch = _identity_mismatch(existing, ctx.identity())
     if mismatch:
         raise UsageError(f"study {name!r} was made for {mismatch[0]}, this run is {mismatch[1]}: "
@@ -106,9 +135,37 @@ def open_study(name: str, storage, ctx: StudyContext, *, seed: int | None = None
     return study, False
 
 
+def worker_seed(seed: int, n_trials: int, pid: int | None = None) -> int:
+    """The sampler seed of a worker joining or resuming a study. Salted with the number of
+    trials (a resumed study must not replay the first run's random draws) and the process id
+    (workers starting together on one study must not propose the same configurations in
+    lockstep)."""
+    return (seed * 1_000_003 + n_trials * 7_919 + (os.getpid() if pid is None else pid)) % 2**32
+
+
+def _set_up(study: optuna.Study, ctx: StudyContext) -> None:
+    attrs = study_attrs(ctx)
+    identity = attrs.pop(READY_ATTR)
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    enqueue_references(study, ctx)
+    study.set_user_attr(READY_ATTR, identity)  # last: the study is ready
+
+
+def _wait_until_ready(study: optuna.Study) -> dict[str, Any] | None:
+    deadline = time.monotonic() + JOIN_WAIT_S
+    while True:
+        identity = study.user_attrs.get(READY_ATTR)
+        if identity is not None or time.monotonic() > deadline:
+            return identity
+        time.sleep(0.2)
+
+
 def _identity_mismatch(stored: dict[str, Any], current: dict[str, Any]) -> tuple[str, str] | None:
+    # Not the device UUID: workers on several GPUs of one model (--devices, a fleet of hosts)
+    # feed one study. The device name (model) must match; which unit it is need not.
     labels = {"model": "model", "data": "data", "seq_len": "context length", "device_name": "device",
-              "device_uuid": "device UUID", "space_hash": "search space (hash)"}
+              "space_hash": "search space (hash)"}
     for key, label in labels.items():
         if stored.get(key) != current.get(key):
             return f"{label} {stored.get(key)}", f"{label} {current.get(key)}"
@@ -189,6 +246,8 @@ class Objective:
         trial.set_user_attr("config", cfg.to_dict())
         trial.set_user_attr("host", socket.gethostname())
         trial.set_user_attr("tuner_pid", os.getpid())
+        if self.ctx.device.uuid:  # which GPU of a multi-GPU or multi-host study ran it
+            trial.set_user_attr("device_uuid", self.ctx.device.uuid)
         self._reject_if_impossible(trial, cfg)
         result = self._reuse(trial, cfg) or self._run(trial, cfg)
         return self._record(trial, result)
@@ -238,11 +297,12 @@ class Objective:
             trial.set_user_attr("phase_s", result.phase_s)
             trial.set_user_attr("wall_s", result.wall_s)
         limit = self.ctx.memory_limit_bytes
-        if result.outcome in outcomes.MEASURED:
+        if result.outcome in outcomes.MEASURED and result.tokens_per_sec is not None:
             peak = result.peak_memory_bytes
             trial.set_constraint("memory", (peak - limit) / limit if peak is not None else 0.0)
             return float(result.tokens_per_sec)
-        if result.outcome == outcomes.OOM:
+        if result.outcome in outcomes.INFEASIBLE:
+            # oom, or over_memory_limit without a rate (the runner's RSS watchdog stopped it early)
             trial.set_constraint("memory", 1.0)
             return 0.0
         if result.outcome == outcomes.UNSUPPORTED:
@@ -255,7 +315,8 @@ class Objective:
 
 def fail_orphaned_trials(study: optuna.Study) -> list[int]:
     """RUNNING trials left by a tuner of this host that is gone (killed with -9, power cut)
-    are failed now, without waiting for the heartbeat grace period, and retried once."""
+    are failed now (outcome interrupted), without waiting for the heartbeat grace period,
+    and retried once. The journal file has no heartbeats: this is what unsticks it."""
     failed = []
     host = socket.gethostname()
     storage = study._storage
@@ -270,8 +331,9 @@ def fail_orphaned_trials(study: optuna.Study) -> list[int]:
         except optuna.exceptions.UpdateFinishedTrialError:
             continue
         failed.append(t.number)
-        if not t.user_attrs.get("reference"):
-            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)(study, storage.get_trial(t._trial_id))
+        # Retried once, as a heartbeat-stale trial is (reference trials too: without them
+        # the study would never report its speedups).
+        RetryStaleTrial(max_retry=1)(study, storage.get_trial(t._trial_id))
     return failed
 
 
@@ -292,6 +354,13 @@ class StudySummary:
             return None
         ref = tokens_per_sec(reference)
         return tokens_per_sec(self.best) / ref if ref else None
+
+    @property
+    def no_best_reason(self) -> str:
+        """Why there is no best: every trial that got as far as memory broke the limit, or no
+        trial got that far (all crashed, timed out or unsupported: the limit is not the cause)."""
+        measured = sum(self.counts.get(o, 0) for o in (*outcomes.MEASURED, *outcomes.INFEASIBLE))
+        return "no trial fits the memory limit" if measured else "no trial finished a measurement"
 
 
 def tokens_per_sec(trial: FrozenTrial) -> float | None:
