@@ -54,7 +54,9 @@ def run_options(command: Callable) -> Callable:
                      help="synthetic, or a PATH.bin (uint16 tokens), PATH.txt or PATH.jsonl file."),
         click.option("--seq-len", type=int, default=None, help="Context length (default: the model's)."),
         click.option("--warmup", type=int, default=3, show_default=True, help="Warm-up steps (compile happens here)."),
-        click.option("--steps", type=int, default=20, show_default=True, help="Timed steps."),
+        click.option("--steps", type=int, default=20, show_default=True, help="Timed steps (at least)."),
+        click.option("--min-time", type=float, default=2.0, show_default=True,
+                     help="Time the steps for at least this many seconds too (more steps on a fast device)."),
         click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights and data."),
     ]
     for option in reversed(options):
@@ -62,15 +64,15 @@ def run_options(command: Callable) -> Callable:
     return command
 
 
-def _run_spec(model: str, device: str, data: str, seq_len: int | None, warmup: int, steps: int, seed: int,
-              memory_limit: int | None = None):
+def _run_spec(model: str, device: str, data: str, seq_len: int | None, warmup: int, steps: int, min_time: float,
+              seed: int, memory_limit: int | None = None):
     from autotune.config import RunSpec
     from autotune.device import resolve_device
     from autotune.models import check_model_name
 
     check_model_name(model)
     return RunSpec(model=model, device=resolve_device(device), data=data, seq_len=seq_len, warmup=warmup,
-                   steps=steps, seed=seed, memory_limit_bytes=memory_limit)
+                   steps=steps, min_time_s=min_time, seed=seed, memory_limit_bytes=memory_limit)
 
 
 @main.command(context_settings=CONTEXT_SETTINGS)
@@ -82,7 +84,7 @@ def _run_spec(model: str, device: str, data: str, seq_len: int | None, warmup: i
 @click.option("--memory-limit", default=None, help="Flag the run over_memory_limit above this peak, e.g. 60GiB.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @handle_errors
-def bench(model, device, data, seq_len, warmup, steps, seed, batching, assignments, memory_limit, as_json) -> None:
+def bench(model, device, data, seq_len, warmup, steps, min_time, seed, batching, assignments, memory_limit, as_json) -> None:
     """Measure one configuration: effective tokens/s, memory, MFU and their spread.
 
     Knobs: num_workers, prefetch_factor, pin_memory, persistent_workers, token_budget,
@@ -96,7 +98,7 @@ def bench(model, device, data, seq_len, warmup, steps, seed, batching, assignmen
     if batching:
         overrides["batching"] = batching
     limit = parse_memory_size(memory_limit) if memory_limit else None
-    spec = _run_spec(model, device, data, seq_len, warmup, steps, seed, limit)
+    spec = _run_spec(model, device, data, seq_len, warmup, steps, min_time, seed, limit)
     result = measure(spec, TrainConfig().with_overrides(overrides))
     if as_json:
         emit_json(result.to_dict())
@@ -176,7 +178,7 @@ def _parse_duration(text: str | None, option: str) -> float | None:
 @click.option("--worker", is_flag=True, hidden=True)  # a child of --devices: the parent prints the summary
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary instead of tables.")
 @handle_errors
-def search(model, device, data, seq_len, warmup, steps, seed, study, storage, space, memory_limit, memory_fraction,
+def search(model, device, data, seq_len, warmup, steps, min_time, seed, study, storage, space, memory_limit, memory_fraction,
            n_trials, timeout, trial_timeout, recipe_path, warm_start_from, devices, worker, as_json) -> None:
     """Run (or resume) an Optuna study over the search space and write the best recipe.
 
@@ -194,7 +196,7 @@ def search(model, device, data, seq_len, warmup, steps, seed, study, storage, sp
         model=model, device=device, data=data, seq_len=seq_len, study=study, storage=storage, space=space,
         memory_limit_bytes=parse_memory_size(memory_limit) if memory_limit else None,
         memory_fraction=memory_fraction, n_trials=n_trials, timeout_s=_parse_duration(timeout, "--timeout"),
-        trial_timeout_s=_parse_duration(trial_timeout, "--trial-timeout"), warmup=warmup, steps=steps, seed=seed,
+        trial_timeout_s=_parse_duration(trial_timeout, "--trial-timeout"), warmup=warmup, steps=steps, min_time_s=min_time, seed=seed,
         recipe=recipe_path, warm_start_from=warm_start_from,
     )
     reporter = _ProgressReporter(n_trials, quiet=as_json or bool(devices))

@@ -173,6 +173,9 @@ class RunSpec:
     seq_len: int | None = None  # None: the model's context length
     warmup: int = 3
     steps: int = 20
+    # Time at least this long as well: on a fast device 20 steps can last a fraction of a
+    # second, too short a window for a figure that must reproduce within a few percent.
+    min_time_s: float = 2.0
     seed: int = 0
     memory_limit_bytes: int | None = None  # enforced through the allocator on CUDA
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -183,6 +186,8 @@ class RunSpec:
             raise UsageError(f"unknown device {self.device!r}: expected cpu, cuda or cuda:N")
         _check_int("warmup", self.warmup, minimum=0)
         _check_int("steps", self.steps, minimum=2)
+        if not isinstance(self.min_time_s, (int, float)) or self.min_time_s < 0:
+            raise UsageError(f"min_time_s must be a number of seconds >= 0, got {self.min_time_s!r}")
         if self.seq_len is not None:
             _check_int("seq_len", self.seq_len, minimum=2)
 

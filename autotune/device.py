@@ -87,7 +87,7 @@ def resolve_device(device: str) -> str:
 
 
 def visible_gpu_count() -> int:
-    uuids = _visible_nvml_uuids()
+    uuids = visible_gpu_uuids()
     if uuids is not None:
         return len(uuids)
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -113,7 +113,7 @@ def nvml():
     return _nvml_state.get("module") if _nvml_state["ok"] else None
 
 
-def _visible_nvml_uuids() -> list[str] | None:
+def visible_gpu_uuids() -> list[str] | None:
     """UUIDs of the GPUs this process may use, in CUDA order (CUDA_VISIBLE_DEVICES honoured)."""
     pynvml = nvml()
     if pynvml is None:
@@ -154,7 +154,7 @@ def nvml_handle(uuid: str):
 
 
 def _describe_cuda_nvml(index: int) -> DeviceInfo | None:
-    uuids = _visible_nvml_uuids()
+    uuids = visible_gpu_uuids()
     if not uuids or index >= len(uuids):
         return None
     pynvml = nvml()

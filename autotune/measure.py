@@ -9,6 +9,7 @@ Rules (gpt-fast / llm.c hygiene):
 - every step is a real training step: forward, backward, AdamW (fused where available);
 - effective tokens/s = non-pad target tokens / wall time of the timed window, data waits
   included; the median step time and its coefficient of variation give the spread;
+- the window lasts at least `steps` steps and `min_time_s` seconds (2 s by default);
 - a noisy run (CV above target) takes a second window of steps, then is flagged unstable.
 """
 
@@ -32,6 +33,7 @@ from autotune.knobs import DeviceCapabilities, apply_model_knobs, check_supporte
 from autotune.models import IGNORE_INDEX, build_model, model_shape, non_embedding_params
 
 CV_TARGET = 0.05  # above this, the run takes more samples, then is flagged unstable
+MAX_STEPS_FACTOR = 50  # the minimum timed window stretches --steps at most this many times
 MAX_SHAPE_WARMUP = 10  # extra warm-up steps allowed to let dynamo settle on dynamic shapes
 
 
@@ -179,7 +181,9 @@ class _Run:
             self._sync()
             start = time.perf_counter()
             clock.mark()
-            for _ in range(self.spec.steps):
+            while len(window.widths) < self.spec.steps or (
+                time.perf_counter() - start < self.spec.min_time_s and len(window.widths) < MAX_STEPS_FACTOR * self.spec.steps
+            ):
                 t = time.perf_counter()
                 x, y = next(batches)
                 window.wait_s += time.perf_counter() - t

@@ -47,6 +47,7 @@ class SearchSettings:
     trial_timeout_s: float | None = None  # one trial (default: 300 s on CPU, 600 s on CUDA)
     warmup: int = 3
     steps: int = 20
+    min_time_s: float = 2.0
     seed: int = 0
     recipe: str | None = None
     warm_start_from: str | None = None
@@ -106,7 +107,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     space_path = settings.space or default_space_path(device.kind)
     space = SearchSpace.load(space_path, n_layer=n_layer, seq_len=seq_len)
     spec = RunSpec(model=settings.model, device=device_name, data=settings.data, seq_len=settings.seq_len,
-                   warmup=settings.warmup, steps=settings.steps, seed=settings.seed,
+                   warmup=settings.warmup, steps=settings.steps, min_time_s=settings.min_time_s, seed=settings.seed,
                    memory_limit_bytes=memory_limit(settings, device))
     timeout = settings.trial_timeout_s or (300.0 if device.kind == "cpu" else 600.0)
     ctx = StudyContext(spec=spec, device=device, space=space, memory_limit_bytes=spec.memory_limit_bytes,
@@ -119,6 +120,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
 def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> SearchResult:
     ctx, name, url = prepare(settings)
     storage = open_storage(url, grace_period_s=default_grace_period_s())
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # our reporter says what happened
     study, is_new = open_study(name, storage, ctx, seed=settings.seed)
     orphans = fail_orphaned_trials(study)
     if orphans:
@@ -136,7 +138,6 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
         if reporter:
             reporter.trial_finished(trial, summarize(study))
 
-    optuna.logging.set_verbosity(optuna.logging.ERROR)  # our reporter says what happened
     interrupted = False
     try:
         study.optimize(objective, n_trials=settings.n_trials, timeout=settings.timeout_s,

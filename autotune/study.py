@@ -84,7 +84,8 @@ def study_attrs(ctx: StudyContext) -> dict[str, Any]:
         "space_source": ctx.space.source,
         "space_hash": ctx.space.hash,
         "identity": ctx.identity(),
-        "run": {"warmup": ctx.spec.warmup, "steps": ctx.spec.steps, "seed": ctx.spec.seed},
+        "run": {"warmup": ctx.spec.warmup, "steps": ctx.spec.steps, "min_time_s": ctx.spec.min_time_s,
+                "seed": ctx.spec.seed},
     }
 
 

@@ -115,6 +115,7 @@ def worker_command(settings, *, study: str, memory_limit_bytes: int, trial_timeo
     cmd += ["--model", settings.model, "--device", "cuda:0", "--data", settings.data, "--study", study,
             "--memory-limit", str(memory_limit_bytes), "--trial-timeout", f"{trial_timeout_s:g}s",
             "--n-trials", str(n_trials), "--warmup", str(settings.warmup), "--steps", str(settings.steps),
+            "--min-time", str(settings.min_time_s),
             "--seed", str(settings.seed)]
     if settings.space:
         cmd += ["--space", str(settings.space)]
@@ -157,7 +158,7 @@ def plan_workers(settings, devices: Sequence[WorkerDevice], *, study: str, stora
 def run_workers(settings, devices_text: str, *, as_json: bool = False):
     """Validate, create the study, run one worker per device, and return the SearchResult of
     the whole study; raise SearchInterrupted (exit 130) after a Ctrl-C."""
-    from autotune.device import _visible_nvml_uuids
+    from autotune.device import visible_gpu_uuids
     from autotune.search import (SQLITE_WORKERS_WARNING, SearchInterrupted, SearchResult, prepare, write_recipe)
     from autotune.storage import default_grace_period_s, is_sqlite, open_storage, redact
     from autotune.study import fail_orphaned_trials, open_study, summarize
@@ -165,7 +166,7 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
     if settings.device not in ("auto", "cuda"):
         raise UsageError(f"--devices starts one worker per GPU, each on its own device: drop --device {settings.device}")
     entries = parse_devices(devices_text)
-    uuids = _visible_nvml_uuids()
+    uuids = visible_gpu_uuids()
     if uuids is None:
         log.warning("NVML is unavailable: workers are pinned by index (CUDA_VISIBLE_DEVICES=<index>, in PCI bus "
                     "order), not by UUID")
@@ -174,6 +175,9 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
     if len(devices) > 1 and is_sqlite(url):
         log.warning("%d workers on %s. %s", len(devices), redact(url), SQLITE_WORKERS_WARNING)
     storage = open_storage(url, grace_period_s=default_grace_period_s())
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # the summary says what happened
     study, is_new = open_study(name, storage, ctx, seed=settings.seed)
     orphans = fail_orphaned_trials(study)  # once, here, rather than racing in every worker
     if orphans:

@@ -257,3 +257,20 @@ def test_data_waits_are_measured(monkeypatch):
     assert fast.data_wait_fraction < 0.5
     # A step is timed mark to mark, its wait for the batch included.
     assert starved.step_time_median_s > sleep
+
+
+def test_the_timed_window_lasts_at_least_min_time():
+    """On a fast device --steps alone gives a window too short to reproduce: the loop keeps
+    stepping until both the step count and the minimum time are reached."""
+    short = measure(RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=2, min_time_s=0),
+                    TrainConfig(token_budget=1024))
+    timed = measure(RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=2, min_time_s=0.8),
+                    TrainConfig(token_budget=1024))
+    assert short.steps in (2, 4)  # 4 when the CV check took a second window
+    assert timed.steps > short.steps
+    assert timed.phase_s["timed"] >= 0.8
+
+
+def test_min_time_must_not_be_negative():
+    with pytest.raises(UsageError, match="min_time_s must be a number of seconds >= 0"):
+        RunSpec(min_time_s=-1)

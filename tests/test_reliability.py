@@ -471,7 +471,7 @@ def test_devices_parent_sets_up_the_study_once_warns_on_sqlite_and_sums_up(tmp_p
     import autotune.workers
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(autotune.device, "_visible_nvml_uuids", lambda: FAKE_UUIDS)
+    monkeypatch.setattr(autotune.device, "visible_gpu_uuids", lambda: FAKE_UUIDS)
     real_prepare = autotune.search.prepare
     monkeypatch.setattr(autotune.search, "prepare", lambda s: real_prepare(s.__class__(**{**s.__dict__, "device": "cpu"})))
     seen = {}
@@ -726,7 +726,7 @@ def fresh_nvml(monkeypatch):
 def test_nvml_missing_is_none_not_an_error(fresh_nvml, caplog):
     with caplog.at_level(logging.WARNING):
         assert autotune.device.nvml() is None  # no driver on this machine
-        assert autotune.device._visible_nvml_uuids() is None
+        assert autotune.device.visible_gpu_uuids() is None
     assert "NVML" not in caplog.text  # a CPU machine has nothing to fall back from
 
 
@@ -851,7 +851,8 @@ def test_a_noisy_run_takes_a_second_window_then_is_flagged_unstable(monkeypatch)
     from autotune.config import RunSpec, TrainConfig
 
     monkeypatch.setattr(autotune.measure, "CV_TARGET", -1.0)
-    m = autotune.measure.measure(RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=2), TrainConfig(token_budget=1024))
+    m = autotune.measure.measure(RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=2, min_time_s=0),
+                                  TrainConfig(token_budget=1024))
     assert m.outcome == outcomes.OK and m.unstable is True
     assert m.steps == 4 and m.step_time_cv is not None  # two windows of 2 steps: more samples before judging
 
