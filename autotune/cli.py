@@ -127,6 +127,10 @@ class _ProgressReporter:
         if not self.quiet and not self.bar.disable:
             self.bar.write(f"  running #{number}: {config_summary(cfg.to_dict())}", file=sys.stderr)
 
+    def confirming(self, number: int) -> None:
+        if not self.quiet:
+            self.bar.write(f"confirming the best, #{number}, with one more run (the recipe reports the mean of both)")
+
     def trial_finished(self, trial, summary) -> None:
         from autotune.render import trial_line
 

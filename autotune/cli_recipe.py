@@ -52,8 +52,9 @@ def _resolve(device: str) -> str:
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda or cuda:N.")
-@click.option("--tolerance", default="5%", show_default=True,
-              help="Pass when measured tokens/s >= (1 - tolerance) x recorded; 5% or 0.05.")
+@click.option("--tolerance", default=None,
+              help="Pass when measured tokens/s >= (1 - tolerance) x recorded; 5% or 0.05. Default: 5% on a GPU, "
+                   "15% on a CPU, whose run-to-run spread is larger (see README, measurement fidelity).")
 @click.option("--steps", type=int, default=20, show_default=True, help="Timed steps.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Warm-up steps (compile happens here).")
 @click.option("--data", default=None, help="Data to measure on (default: the recipe's).")
@@ -64,8 +65,8 @@ def _resolve(device: str) -> str:
 def verify(recipe_path, device, tolerance, steps, warmup, data, timeout_s, as_json) -> None:
     """Re-measure RECIPE here, in a fresh process, with the same measuring core as search,
     and compare with what it recorded. Exit 0: PASS, 1: FAIL."""
-    tol = parse_tolerance(tolerance)
     device = _resolve(device)
+    tol = parse_tolerance(tolerance) if tolerance is not None else default_tolerance(device)
     recipe = load_recipe(recipe_path, device)
     result = verify_recipe(recipe, device=device, tolerance=tol, steps=steps, warmup=warmup, data=data,
                            timeout_s=timeout_s)
@@ -74,6 +75,16 @@ def verify(recipe_path, device, tolerance, steps, warmup, data, timeout_s, as_js
     else:
         click.echo(format_verify(result, recipe_path))
     sys.exit(0 if result["passed"] else 1)
+
+
+# A GPU step is long and steady: a recipe should reproduce within a few percent. On a CPU,
+# fresh processes of the same configuration spread by 6-12% (coefficient of variation, 2-core
+# VM, benchmarks/fidelity.py), so 5% would fail a faithful recipe about half the time.
+GPU_TOLERANCE, CPU_TOLERANCE = 0.05, 0.15
+
+
+def default_tolerance(device: str) -> float:
+    return CPU_TOLERANCE if device.split(":", 1)[0] == "cpu" else GPU_TOLERANCE
 
 
 def verify_recipe(recipe, *, device: str, tolerance: float, steps: int, warmup: int, data: str | None = None,

@@ -21,7 +21,7 @@ from autotune.errors import AutotuneError, UsageError
 from autotune.models import MODEL_SIZES, build_model, check_model_name, model_shape
 from autotune.recipe import Recipe, now_iso, recipe_measured, software_versions
 from autotune.space import SearchSpace, default_space_path
-from autotune.runner import process_alive
+from autotune.runner import process_alive, run_trial
 from autotune.storage import default_grace_period_s, default_storage_url, is_sqlite, open_storage, redact
 from autotune.study import (Objective, StudyContext, StudySummary, TrialFailed, fail_orphaned_trials, open_study,
                             summarize)
@@ -56,6 +56,7 @@ class SearchSettings:
 class Reporter(Protocol):
     def trial_started(self, number: int, cfg: TrainConfig) -> None: ...
     def trial_finished(self, trial: FrozenTrial, summary: StudySummary) -> None: ...
+    def confirming(self, number: int) -> None: ...
 
 
 @dataclass
@@ -142,16 +143,37 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     try:
         study.optimize(objective, n_trials=settings.n_trials, timeout=settings.timeout_s,
                        catch=(TrialFailed,), callbacks=[after_trial], gc_after_trial=False)
+        confirm_best(study, ctx, reporter)
     except KeyboardInterrupt:
         interrupted = True
     summary = summarize(study)
     recipe_path = None
     if summary.best is not None:
-        recipe_path = write_recipe(summary, ctx, name, url, settings.recipe)
+        recipe_path = write_recipe(study, summary, name, url, settings.recipe)
     result = SearchResult(study, summary, ctx, url, recipe_path, is_new)
     if interrupted:
         raise SearchInterrupted(result)
     return result
+
+
+def confirmation_key(trial_number: int) -> str:
+    return f"confirmation:{trial_number}"
+
+
+def confirm_best(study: optuna.Study, ctx: StudyContext, reporter: Reporter | None = None) -> None:
+    """The best of many noisy trials is biased upward (the winner's curse): measure it once
+    more, in a fresh process, before it becomes a recipe; the recipe reports the mean of
+    both runs. Kept as a study attr, so a resumed study does not confirm the same trial twice."""
+    best = summarize(study).best
+    if best is None or confirmation_key(best.number) in study.user_attrs:
+        return
+    if reporter is not None:
+        reporter.confirming(best.number)
+    result = run_trial(ctx.spec, TrainConfig.from_dict(best.user_attrs["config"]), timeout_s=ctx.trial_timeout_s,
+                       device=ctx.device)
+    study.set_user_attr(confirmation_key(best.number), {
+        "outcome": result.outcome, "tokens_per_sec": result.tokens_per_sec,
+        "peak_memory_bytes": result.peak_memory_bytes})
 
 
 SQLITE_WORKERS_WARNING = ("SQLite is not for parallel workers (one writer at a time: they fail with 'database is "
@@ -185,11 +207,17 @@ def recipe_from_trial(summary: StudySummary, study_attrs: dict, study_name: str,
                       trial: FrozenTrial | None = None) -> Recipe:
     trial = trial or summary.best
     m = trial.user_attrs.get("measurement") or {}
+    measured = recipe_measured(m, study_attrs.get("memory_limit_bytes"))
+    confirmation = study_attrs.get(confirmation_key(trial.number)) or {}
+    if confirmation.get("outcome") == "ok" and confirmation.get("tokens_per_sec") and m.get("tokens_per_sec"):
+        runs = [m["tokens_per_sec"], confirmation["tokens_per_sec"]]
+        measured["tokens_per_sec"] = sum(runs) / len(runs)
+        measured["tokens_per_sec_runs"] = runs  # the trial, then its confirmation run
     return Recipe(
         config=TrainConfig.from_dict(trial.user_attrs["config"]),
         model={**(m.get("model") or {}), "name": study_attrs.get("model")},
         data=study_attrs.get("data", "synthetic"),
-        measured=recipe_measured(m, study_attrs.get("memory_limit_bytes")),
+        measured=measured,
         reference_speedups={"baseline": summary.speedup(summary.baseline), "checklist": summary.speedup(summary.checklist)},
         hardware=study_attrs.get("hardware", {}),
         software=(study_attrs.get("autotune") or {}).get("software") or software_versions(),
@@ -198,10 +226,8 @@ def recipe_from_trial(summary: StudySummary, study_attrs: dict, study_name: str,
     )
 
 
-def write_recipe(summary: StudySummary, ctx: StudyContext, name: str, url: str, path: str | None) -> Path:
-    study_attrs = {"model": ctx.spec.model, "data": ctx.spec.data, "memory_limit_bytes": ctx.memory_limit_bytes,
-                   "hardware": ctx.device.to_dict(), "autotune": {"software": software_versions()}}
-    recipe = recipe_from_trial(summary, study_attrs, name, url)
+def write_recipe(study: optuna.Study, summary: StudySummary, name: str, url: str, path: str | None) -> Path:
+    recipe = recipe_from_trial(summary, study.user_attrs, name, url)
     return recipe.save(path or Path("recipes") / f"{name}.json")
 
 

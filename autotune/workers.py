@@ -190,7 +190,7 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
                          trial_timeout_s=ctx.trial_timeout_s, verbose=log.isEnabledFor(logging.INFO), as_json=as_json)
     codes, interrupted = supervise(plans)
     summary = summarize(study)
-    recipe_path = write_recipe(summary, ctx, name, url, settings.recipe) if summary.best is not None else None
+    recipe_path = write_recipe(study, summary, name, url, settings.recipe) if summary.best is not None else None
     failures = [f"worker {p.device.tag} ({p.device.pin}) exited with status {code}"
                 for p, code in zip(plans, codes) if code not in (0, 130)]
     result = SearchResult(study, summary, ctx, url, recipe_path, is_new, worker_failures=failures)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -45,7 +46,7 @@ def main() -> int:
     spec = RunSpec(model=args.model, device=args.device, warmup=args.warmup, steps=args.steps)
     configs = list(enumerate_space(space))
     records = []
-    started = time.time()
+    started, load_before = time.time(), os.getloadavg()[0]
     for i, (params, cfg) in enumerate(configs):
         reason = space.violation(cfg)
         if reason is None:
@@ -68,11 +69,12 @@ def main() -> int:
         "format": "autotune.sweep", "version": 1,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": args.model, "device": device.to_dict(), "machine": machine(),
-        "run": {"steps": args.steps, "warmup": args.warmup},
+        "run": {"steps": args.steps, "warmup": args.warmup, "min_time_s": spec.min_time_s},
         "space": space.to_dict(), "space_source": args.space, "space_hash": space.hash,
         "n_layer": shape.n_layer, "seq_len": shape.block_size,
         "sweep_wall_s": round(time.time() - started, 1),
-        "note": "CPU shared with other jobs while recording: throughput figures are noisy",
+        # the sweep itself keeps about one core busy: much above 1 means other jobs were running
+        "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},
         "configurations": records,
     }
     with open(args.out, "w", encoding="utf-8") as f:
