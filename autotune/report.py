@@ -338,7 +338,7 @@ def _measurement_rows(summary: StudySummary, limit: int | None) -> list[list[str
 
 
 def _top_trials(summary: StudySummary, n: int = 10) -> list[list[str]]:
-    from autotune.render import config_summary
+    from autotune.render import config_summary, format_rate
 
     measured = [t for t in summary.trials if t.user_attrs.get("outcome") in outcomes.MEASURED]
     measured.sort(key=lambda t: (is_feasible_ok(t), tokens_per_sec(t) or 0.0), reverse=True)
@@ -346,7 +346,7 @@ def _top_trials(summary: StudySummary, n: int = 10) -> list[list[str]]:
     for t in measured[:n]:
         a = t.user_attrs
         tag = a.get("reference") or ("warm start" if a.get("warm_start_from") else "")
-        rows.append([f"#{t.number}", a.get("outcome", ""), f"{tokens_per_sec(t):,.0f}", format_bytes(a.get("peak_memory_bytes")),
+        rows.append([f"#{t.number}", a.get("outcome", ""), format_rate(tokens_per_sec(t)), format_bytes(a.get("peak_memory_bytes")),
                      tag, config_summary(a["config"]) if a.get("config") else ""])
     return rows
 

@@ -383,7 +383,9 @@ def summarize(study: optuna.Study) -> StudySummary:
         counts[outcome] = counts.get(outcome, 0) + 1
 
     def reference(name: str) -> FrozenTrial | None:
-        done = [t for t in trials if t.user_attrs.get("reference") == name and t.user_attrs.get("outcome") in outcomes.MEASURED]
+        # measured: ok, or over the limit with a rate (not one the RSS watchdog stopped early)
+        done = [t for t in trials if t.user_attrs.get("reference") == name
+                and t.user_attrs.get("outcome") in outcomes.MEASURED and tokens_per_sec(t) is not None]
         return done[0] if done else None
 
     return StudySummary(study.study_name, best, reference(BASELINE), reference(CHECKLIST), counts, trials)

@@ -531,3 +531,19 @@ def test_recipe_round_trip(tmp_path):
     assert loaded.to_dict() == recipe.to_dict()
     assert loaded.config == recipe.config and loaded.config.checkpoint_layers == (0, 2)
     assert json.loads(path.read_text())["format"] == "autotune.recipe"
+
+
+def test_a_reference_stopped_early_has_no_rate_and_is_not_a_reference_figure():
+    """A reference trial the RSS watchdog stopped (over_memory_limit, no tokens/s) cannot
+    anchor a speedup; the summary then has no such reference rather than a None rate."""
+    import optuna
+
+    from autotune.study import summarize
+
+    study = optuna.create_study(direction="maximize")
+    for reference, attrs in (("baseline", {"outcome": "ok", "tokens_per_sec": 100.0}),
+                             ("checklist", {"outcome": "over_memory_limit"})):
+        study.add_trial(optuna.trial.create_trial(value=attrs.get("tokens_per_sec", 0.0),
+                                                  user_attrs={"reference": reference, **attrs}))
+    summary = summarize(study)
+    assert summary.baseline is not None and summary.checklist is None
