@@ -500,8 +500,8 @@ SUPERVISED_CHILD = textwrap.dedent("""
         print("recorded the trial as interrupted", flush=True)
         sys.exit(130)
     signal.signal(signal.SIGINT, stop)
+    print("a warning", file=sys.stderr, flush=True)  # before "ready": the test signals on "ready"
     print("ready", os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
-    print("a warning", file=sys.stderr, flush=True)
     time.sleep(120)
 """)
 
