@@ -309,24 +309,30 @@ def test_two_workers_on_postgres_lose_and_duplicate_nothing(postgres_two_workers
 def test_workers_starting_together_on_a_fresh_database_all_get_its_tables(postgres):
     """Optuna creates its tables on first use; workers starting at once race to do it (one
     wins, the others hit duplicate-key errors): open_storage tries again."""
+    url = postgres.fresh_database()
+    errors = run_together(4, lambda: open_storage(url, grace_period_s=default_grace_period_s()))
+    assert not errors, errors
+
+
+def run_together(n: int, work) -> list[Exception]:
+    """Run `work` in n threads released at the same moment; return what they raised."""
     import threading
 
-    url = postgres.fresh_database()
-    barrier, errors = threading.Barrier(4), []
+    barrier, errors = threading.Barrier(n), []
 
     def worker() -> None:
         try:
             barrier.wait()
-            open_storage(url, grace_period_s=default_grace_period_s())
-        except Exception as exc:  # noqa: BLE001
+            work()
+        except Exception as exc:  # noqa: BLE001 - the test asserts there were none
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
+    threads = [threading.Thread(target=worker) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
-    assert not errors, errors
+    return errors
 
 
 @pytest.mark.parametrize("backend", ["journal", "postgres"])
@@ -334,25 +340,10 @@ def test_concurrent_workers_create_the_study_and_its_references_once(backend, re
     """The race itself, without trials: four workers opening a new study at the same moment.
     Exactly one creates it; the reference trials are enqueued once; the others wait for it to
     be ready and agree on its identity."""
-    import threading
-
     ctx = tiny_context()
     url = f"journal:{tmp_path / 'race.journal'}" if backend == "journal" else request.getfixturevalue("postgres").fresh_database()
-    barrier, results, errors = threading.Barrier(4), [], []
-
-    def worker() -> None:
-        try:
-            storage = open_storage(url)
-            barrier.wait()
-            results.append(autotune.study.open_study("race", storage, ctx, seed=0))
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    results: list = []
+    errors = run_together(4, lambda: results.append(autotune.study.open_study("race", open_storage(url), ctx, seed=0)))
     assert not errors, errors
     assert sorted(is_new for _, is_new in results) == [False, False, False, True]
     study = load(url, "race")
