@@ -9,9 +9,7 @@ method is called."""
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-# After __version__: autotune.recipe reads it from this (partly initialized) module.
-from autotune.recipe import Recipe  # noqa: E402
+from autotune._version import __version__
+from autotune.recipe import Recipe
 
 __all__ = ["Recipe", "__version__"]

@@ -5,15 +5,19 @@ a YAML space, a recipe or an Optuna trial; every other module can trust them."""
 from __future__ import annotations
 
 import dataclasses
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from autotune.errors import UsageError
 
+IGNORE_INDEX = -100  # the label of a pad position in every batch autotune makes: cross-entropy skips it
+
 AMP_DTYPES = ("float32", "tf32", "float16", "bfloat16")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 SDPA_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn")
+# The torch.nn.attention.SDPBackend member each forced backend names (knobs and exports use it).
+SDPA_KERNELS = {"math": "MATH", "efficient": "EFFICIENT_ATTENTION", "flash": "FLASH_ATTENTION",
+                "cudnn": "CUDNN_ATTENTION"}
 # fixed: a fixed number of sequences per step, each padded to the context length (the
 # untuned baseline); padded: length-grouped token-budget batches; packed: contiguous windows.
 BATCHING_MODES = ("fixed", "padded", "packed")
@@ -36,10 +40,10 @@ class TrainConfig:
     checkpoint_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        _check_int("num_workers", self.num_workers, minimum=0)
-        _check_int("token_budget", self.token_budget, minimum=1)
+        check_int("num_workers", self.num_workers, minimum=0)
+        check_int("token_budget", self.token_budget, minimum=1)
         if self.prefetch_factor is not None:
-            _check_int("prefetch_factor", self.prefetch_factor, minimum=1)
+            check_int("prefetch_factor", self.prefetch_factor, minimum=1)
             if self.num_workers == 0:
                 raise UsageError("prefetch_factor needs num_workers > 0 (the main process does not prefetch)")
         if self.persistent_workers and self.num_workers == 0:
@@ -53,7 +57,7 @@ class TrainConfig:
         _check_choice("sdpa_backend", self.sdpa_backend, SDPA_BACKENDS)
         layers = tuple(self.checkpoint_layers)
         for index in layers:
-            _check_int("checkpoint_layers", index, minimum=0)
+            check_int("checkpoint_layers", index, minimum=0)
         if len(set(layers)) != len(layers):
             raise UsageError(f"checkpoint_layers has repeated block indices: {list(layers)}")
         object.__setattr__(self, "checkpoint_layers", tuple(sorted(layers)))
@@ -106,9 +110,6 @@ _KNOB_HELP = {
     "checkpoint_layers": "comma-separated block indices, e.g. 0,1,2 (empty or none for no checkpointing)",
 }
 
-def knob_help(knob: str) -> str:
-    return _KNOB_HELP[knob]
-
 def parse_knob(knob: str, text: str) -> Any:
     """Parse one `--set knob=value` string into the knob's typed value."""
     if knob not in KNOBS:
@@ -148,6 +149,15 @@ def parse_knob(knob: str, text: str) -> Any:
         raise bad
     return raw
 
+def knob_text(value: Any) -> str:
+    """A knob value as `--set` and `parse_knob` spell it: true/false, 0,1,2, none."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return "none" if value is None else str(value)
+
+
 def parse_assignments(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     """`["amp_dtype=bfloat16", ...]` -> `{"amp_dtype": "bfloat16"}`; malformed pairs fail."""
     out: dict[str, str] = {}
@@ -178,33 +188,31 @@ class RunSpec:
     min_time_s: float = 2.0
     seed: int = 0
     memory_limit_bytes: int | None = None  # enforced through the allocator on CUDA
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         kind = self.device.split(":", 1)[0]
         if kind not in DEVICE_KINDS:
             raise UsageError(f"unknown device {self.device!r}: expected cpu, cuda or cuda:N")
-        _check_int("warmup", self.warmup, minimum=0)
-        _check_int("steps", self.steps, minimum=2)
+        check_int("warmup", self.warmup, minimum=0)
+        check_int("steps", self.steps, minimum=2)
         if not isinstance(self.min_time_s, (int, float)) or self.min_time_s < 0:
             raise UsageError(f"min_time_s must be a number of seconds >= 0, got {self.min_time_s!r}")
         if self.seq_len is not None:
-            _check_int("seq_len", self.seq_len, minimum=2)
+            check_int("seq_len", self.seq_len, minimum=2)
 
     @property
     def device_kind(self) -> str:
         return self.device.split(":", 1)[0]
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["extra"] = dict(self.extra)
-        return data
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunSpec":
         return cls(**dict(data))
 
-def _check_int(name: str, value: Any, *, minimum: int) -> None:
+def check_int(name: str, value: Any, *, minimum: int) -> None:
+    """Refuse anything but a true int >= minimum (bool is an int in Python, not here)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise UsageError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
@@ -212,17 +220,12 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise UsageError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-               "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
 
-def parse_memory_size(text: str, *, option: str = "--memory-limit") -> int:
-    """"60GiB", "512MiB", "1.5GB", "8000000000" -> bytes. Binary units (GiB) are 1024-based."""
-
-    match = re.fullmatch(r"\s*(-?[0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
-    unit = match.group(2).lower() if match else None
-    if not match or unit not in _SIZE_UNITS:
-        raise UsageError(f"{option}: cannot read {text!r} as a memory size; expected e.g. 60GiB, 512MiB or 8000000000")
-    value = float(match.group(1)) * _SIZE_UNITS[unit]
-    if value <= 0:
-        raise UsageError(f"{option}: the memory size must be positive, got {text!r}")
-    return int(value)
+def normalize_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored config dict made comparable across studies and autotune versions: through
+    TrainConfig where it still reads (lists for tuples, defaults for missing knobs), else
+    as it is with tuples turned into lists."""
+    try:
+        return TrainConfig.from_dict(config).to_dict()
+    except UsageError:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}

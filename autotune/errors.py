@@ -1,4 +1,5 @@
-"""The exceptions autotune raises; the CLI turns each into one line and an exit code."""
+"""The exceptions and warnings autotune raises; the CLI turns each error into one line and an
+exit code."""
 
 from __future__ import annotations
 
@@ -22,3 +23,7 @@ class UnsupportedConfig(AutotuneError):
         super().__init__(f"{knob}: {reason}")
         self.knob = knob
         self.reason = reason
+
+
+class RecipeEnvironmentWarning(UserWarning):
+    """The recipe was measured on other hardware or another torch version."""

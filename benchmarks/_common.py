@@ -16,7 +16,8 @@ if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
 from autotune.config import TrainConfig  # noqa: E402
-from autotune.space import Dimension, SearchSpace, _to_config, checkpoint_layers  # noqa: E402
+from autotune.search.sampling import to_config  # noqa: E402
+from autotune.search.space import Dimension, SearchSpace, checkpoint_layers, matches  # noqa: E402
 
 
 def dimension_values(space: SearchSpace, dim: Dimension) -> list[Any]:
@@ -35,7 +36,7 @@ def enumerate_space(space: SearchSpace) -> Iterator[tuple[dict[str, Any], TrainC
             yield from checkpoints(values, params)
             return
         dim = space.dimensions[names[0]]
-        if dim.when and not space._matches(dim.when, values):
+        if dim.when and not matches(dim.when, values):
             yield from walk(names[1:], values, params)
             return
         for v in dimension_values(space, dim):
@@ -43,16 +44,16 @@ def enumerate_space(space: SearchSpace) -> Iterator[tuple[dict[str, Any], TrainC
 
     def checkpoints(values: dict[str, Any], params: dict[str, Any]):
         if not space.checkpoint:
-            yield params, _to_config(values)
+            yield params, to_config(values)
             return
-        for count in dimension_values(space, space.checkpoint["count"]):
-            placements = dimension_values(space, space.checkpoint["placement"]) if count > 0 else [None]
+        for count in dimension_values(space, space.checkpoint.count):
+            placements = list(space.checkpoint.placements) if count > 0 else [None]
             for placement in placements:
                 p = {**params, "checkpoint_count": count}
                 if placement is not None:
                     p["checkpoint_placement"] = placement
                 layers = checkpoint_layers(count, placement or "spread", space.n_layer or count)
-                yield p, _to_config({**values, "checkpoint_layers": layers})
+                yield p, to_config({**values, "checkpoint_layers": layers})
 
     yield from walk(list(space.dimensions), dict(space.fixed), {})
 

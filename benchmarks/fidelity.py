@@ -1,5 +1,5 @@
 """Measurement fidelity: one configuration measured N times, each in a fresh process
-(autotune.runner.run_trial), and the spread of its tokens/s.
+(autotune.trial.runner.run_trial), and the spread of its tokens/s.
 
     python benchmarks/fidelity.py [--json] [--runs 10] [--model gpt2-tiny] [--device cpu]
 
@@ -19,7 +19,7 @@ from _common import cv, md_table
 
 from autotune.config import RunSpec, TrainConfig
 from autotune.device import describe
-from autotune.runner import run_trial
+from autotune.trial.runner import run_trial
 
 TARGET_CV = 0.02
 

@@ -3,7 +3,7 @@
     python benchmarks/overhead.py [--json] [--trials 5]
 
 Runs a few trials of one configuration (gpt2-tiny, CPU, no compile) through
-autotune.runner.run_trial, the search's own path, and splits each trial's wall time with
+autotune.trial.runner.run_trial, the search's own path, and splits each trial's wall time with
 the phases the runner and the measuring core record (TrialResult.phase_s):
 
   spawn_to_ready  from spawning the process until the worker has imported the measuring core
@@ -29,7 +29,7 @@ from _common import md_table
 
 from autotune.config import RunSpec, TrainConfig
 from autotune.device import describe
-from autotune.runner import run_trial
+from autotune.trial.runner import run_trial
 
 PHASES = ("spawn_to_ready", "process_start", "setup", "compile", "warmup", "timed", "other", "teardown", "overhead", "wall")
 TARGET_S = 3.0

@@ -3,7 +3,7 @@
     python benchmarks/record_sweep.py --model gpt2-tiny --device cpu \
         --space benchmarks/spaces/cpu_sweep.yaml --out benchmarks/data/cpu_gpt2_tiny_sweep.json
 
-Each configuration runs through `autotune.runner.run_trial`: a fresh process, the same
+Each configuration runs through `autotune.trial.runner.run_trial`: a fresh process, the same
 measuring core as `search`. Configurations the space's rules or the device reject are
 recorded `unsupported` without starting a process, as the tuner does."""
 
@@ -22,10 +22,10 @@ from _common import config_key, enumerate_space, machine
 from autotune.config import RunSpec
 from autotune.device import describe
 from autotune.errors import UnsupportedConfig
-from autotune.knobs import DeviceCapabilities, check_supported
-from autotune.models import MODEL_SIZES
-from autotune.runner import run_trial
-from autotune.space import SearchSpace
+from autotune.knobs.support import DeviceCapabilities, check_supported
+from autotune.model.gpt import MODEL_SIZES
+from autotune.trial.runner import run_trial
+from autotune.search.space_file import load_space
 
 
 def main() -> int:
@@ -40,7 +40,7 @@ def main() -> int:
     args = p.parse_args()
 
     shape = MODEL_SIZES[args.model]
-    space = SearchSpace.load(args.space, n_layer=shape.n_layer, seq_len=shape.block_size)
+    space = load_space(args.space, n_layer=shape.n_layer, seq_len=shape.block_size)
     device = describe(args.device)
     caps = DeviceCapabilities.detect(device.kind, device.capability_tuple)
     spec = RunSpec(model=args.model, device=args.device, warmup=args.warmup, steps=args.steps)

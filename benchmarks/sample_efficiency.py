@@ -5,7 +5,7 @@ best feasible configuration of an exhaustive sweep, against random search and gr
 
 The objective is a replay: every configuration of the (reduced) space was measured once by
 benchmarks/record_sweep.py; a trial looks its configuration up instead of running it. The
-replay records outcomes exactly as autotune.study.Objective does: a measured configuration
+replay records outcomes exactly as autotune.search.objective.Objective does: a measured configuration
 is COMPLETE with value tokens/s and the memory constraint (peak - limit) / limit set with
 `trial.set_constraint`; an unsupported one is PRUNED; a crashed/timed-out one FAILs. The
 reference trials (baseline, checklist) that a real study enqueues first are left out: they
@@ -33,8 +33,10 @@ from _common import config_key, md_table
 import optuna
 from optuna.trial import TrialState
 
-from autotune.space import SearchSpace
-from autotune.study import make_sampler
+from autotune.search.sampling import suggest
+from autotune.search.space import SearchSpace
+from autotune.search.space_file import parse_space
+from autotune.search.study import make_sampler
 
 DEFAULT_SWEEP = Path(__file__).resolve().parent / "data" / "cpu_gpt2_tiny_sweep.json"
 TOLERANCE = 0.03
@@ -57,7 +59,7 @@ def best_feasible(records: list[dict], limit: int) -> dict:
 
 def make(strategy: str, seed: int, space: SearchSpace, records: list[dict]) -> optuna.samplers.BaseSampler:
     if strategy == "tpe":
-        return make_sampler(seed)  # the tuner's own construction (autotune.study.open_study)
+        return make_sampler(seed)  # the tuner's own construction (autotune.search.study.open_study)
     if strategy == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     grid: dict[str, list] = {}
@@ -79,7 +81,7 @@ def replay(strategy: str, seed: int, space: SearchSpace, table: dict[str, dict],
     reached = {"trials": None, "distinct": None}
     for _ in range(20 * cap):  # bounds a sampler that keeps re-proposing seen configurations
         trial = study.ask()
-        cfg = space.suggest(trial)
+        cfg = suggest(space, trial)
         key = config_key(cfg)
         rec = table[key]
         trials += 1
@@ -117,7 +119,7 @@ def summarize(counts: list[int | None], cap: int) -> dict:
 def run(sweep_path: Path, seeds: int, quantile: float, limit: int | None) -> dict:
     sweep = json.loads(Path(sweep_path).read_text())
     records = sweep["configurations"]
-    space = SearchSpace(str(sweep_path), sweep["space"], n_layer=sweep["n_layer"], seq_len=sweep["seq_len"])
+    space = parse_space(sweep["space"], source=str(sweep_path), n_layer=sweep["n_layer"], seq_len=sweep["seq_len"])
     table = {config_key(r["config"]): r for r in records}
     limit = limit or memory_limit(records, quantile)
     best = best_feasible(records, limit)

@@ -18,7 +18,7 @@ import torch
 
 import autotune
 from autotune.config import TrainConfig
-from autotune.models import build_model
+from autotune.model.load import build_model
 
 
 def synthetic_documents(count: int, max_len: int, vocab_size: int, seed: int) -> list[list[int]]:

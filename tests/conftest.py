@@ -13,7 +13,7 @@ if str(ROOT) not in sys.path:
 
 import pytest  # noqa: E402
 
-import autotune.measure  # noqa: E402
+import autotune.measure.loop  # noqa: E402
 
 
 class RecordingLoader:
@@ -54,14 +54,14 @@ def pytest_configure(config) -> None:
 def batch_record(monkeypatch) -> BatchRecord:
     """Spy on `measure()`'s data path: which loader it built and the batches it stepped on."""
     record = BatchRecord()
-    real = autotune.measure.build_dataloader
+    real = autotune.measure.loop.build_dataloader
 
     def spy(*args, **kwargs):
         loader = real(*args, **kwargs)
         record.loaders.append(loader)
         return RecordingLoader(loader, record)
 
-    monkeypatch.setattr(autotune.measure, "build_dataloader", spy)
+    monkeypatch.setattr(autotune.measure.loop, "build_dataloader", spy)
     return record
 
 

@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from autotune.models import GPT, MODEL_SIZES
+from autotune.model.gpt import GPT, MODEL_SIZES
 
 # Where `hang` writes the pid of the child it starts, when the test asks for it.
 PIDFILE_ENV = "AUTOTUNE_TEST_PIDFILE"

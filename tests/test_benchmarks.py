@@ -48,9 +48,9 @@ def test_sweep_enumerates_conditional_dimensions():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from _common import enumerate_space
 
-    from autotune.space import SearchSpace
+    from autotune.search.space_file import load_space
 
-    space = SearchSpace.load(ROOT / "search_spaces" / "cpu.yaml", n_layer=2, seq_len=128)
+    space = load_space(ROOT / "search_spaces" / "cpu.yaml", n_layer=2, seq_len=128)
     configs = list(enumerate_space(space))
     # workers 0: 1 way; workers 1, 2: x2 prefetch x2 persistent -> 1 + 8 = 9 data-loader ways;
     # checkpoint: 0, or 1..2 x 3 placements -> 7 ways

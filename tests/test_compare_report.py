@@ -23,13 +23,15 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune.cli import main
-from autotune.compare import (comparison_markdown, comparison_text, enqueue_warm_start, invalid_here, knob_importance,
-                              load_comparison, load_ref, split_ref, warm_start_candidates)
+from autotune.present.compare import comparison_markdown, comparison_text, load_comparison
+from autotune.present.importance import knob_importance
+from autotune.search.storage import load_ref, split_ref
+from autotune.search.warm_start import enqueue_warm_start, invalid_here, warm_start_candidates
 from autotune.config import TrainConfig
 from autotune.device import DeviceInfo
 from autotune.errors import UsageError
-from autotune.search import SearchSettings, prepare, run_search
-from autotune.study import summarize
+from autotune.search.run import SearchSettings, prepare, run_search
+from autotune.search.study import summarize
 
 REPO = Path(__file__).resolve().parent.parent
 SPACE = str(REPO / "tests" / "spaces" / "compare.yaml")
@@ -363,7 +365,7 @@ def wsgi_get(app, path: str) -> tuple[str, bytes]:
 
 def test_optuna_dashboard_reads_our_studies_unchanged(studies):
     optuna_dashboard = pytest.importorskip("optuna_dashboard")
-    from autotune.storage import open_storage
+    from autotune.search.storage import open_storage
 
     study = load_ref(str(studies / "a.db"))
     for trial in study.trials:  # plain JSON values, as the dashboard needs them

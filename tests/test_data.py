@@ -14,11 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from autotune import data
-from autotune.config import TrainConfig
-from autotune.data import (
-    BYTE_EOT,
-    EOT_TOKEN,
+from autotune.config import IGNORE_INDEX, TrainConfig
+from autotune.data import tokenize
+from autotune.data.batching import (
     PAD_TOKEN_ID,
     FixedBatchSampler,
     PadCollate,
@@ -26,12 +24,12 @@ from autotune.data import (
     batch_shapes_report,
     build_dataloader,
     default_bucket,
-    make_dataset,
     padding_fraction,
     random_batches,
 )
+from autotune.data.datasets import make_dataset
+from autotune.data.tokenize import BYTE_EOT, EOT_TOKEN
 from autotune.errors import UsageError
-from autotune.models import IGNORE_INDEX
 
 SEQ = 128
 BUDGET = 4096
@@ -393,10 +391,10 @@ def test_text_needs_a_byte_vocabulary(tmp_path):
 
 
 def test_tokenizer_choice_is_logged_once(caplog, monkeypatch):
-    monkeypatch.setattr(data, "_ANNOUNCED", set())
-    with caplog.at_level(logging.INFO, logger="autotune.data"):
-        data.choose_tokenizer(320)
-        data.choose_tokenizer(320)
+    monkeypatch.setattr(tokenize, "_ANNOUNCED", set())
+    with caplog.at_level(logging.INFO, logger="autotune.data.tokenize"):
+        tokenize.choose_tokenizer(320)
+        tokenize.choose_tokenizer(320)
     assert [r.getMessage() for r in caplog.records].count(
         "tokenizer: byte-level (vocab_size 320 is too small for GPT-2's 50257 tokens)"
     ) == 1
@@ -410,17 +408,17 @@ def test_tiktoken_is_used_only_from_an_intact_cache(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tiktoken.load, "read_file", no_network)
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    data._gpt2_encoding.cache_clear()
+    tokenize._gpt2_encoding.cache_clear()
     try:
-        assert data._gpt2_encoding() is None  # empty cache
-        corrupt = [tmp_path / hashlib.sha1(url.encode()).hexdigest() for url in data._GPT2_FILES]
+        assert tokenize._gpt2_encoding() is None  # empty cache
+        corrupt = [tmp_path / hashlib.sha1(url.encode()).hexdigest() for url in tokenize._GPT2_FILES]
         for path in corrupt:
             path.write_bytes(b"not the real file")
-        assert data._gpt2_encoding.__wrapped__() is None  # bad hashes: not used, not deleted
+        assert tokenize._gpt2_encoding.__wrapped__() is None  # bad hashes: not used, not deleted
         assert all(path.exists() for path in corrupt)
-        assert isinstance(data.choose_tokenizer(50304), data.ByteTokenizer)
+        assert isinstance(tokenize.choose_tokenizer(50304), tokenize.ByteTokenizer)
     finally:
-        data._gpt2_encoding.cache_clear()
+        tokenize._gpt2_encoding.cache_clear()
 
 
 class CharEncoding:
@@ -431,12 +429,12 @@ class CharEncoding:
 
 
 def test_bpe_lengths_are_upper_bounds(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "_gpt2_encoding", lambda: CharEncoding())
+    monkeypatch.setattr(tokenize, "_gpt2_encoding", lambda: CharEncoding())
     path = tmp_path / "docs.txt"
     text = "é✓a" * 30
     path.write_text(text + "\n\nshort", encoding="utf-8")
     dataset = make_dataset(str(path), vocab_size=50304, seq_len=16)
-    assert isinstance(dataset.tokenizer, data.GPT2Tokenizer)
+    assert isinstance(dataset.tokenizer, tokenize.GPT2Tokenizer)
     items = [dataset[i] for i in range(len(dataset))]
     assert all(len(item) <= dataset.lengths[i] <= 17 for i, item in enumerate(items))
     assert any(len(item) < dataset.lengths[i] for i, item in enumerate(items))

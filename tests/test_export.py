@@ -11,7 +11,7 @@ import yaml
 
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
-from autotune.export import FORMATS, render
+from autotune.recipe.export import FORMATS, render
 from autotune.recipe import Recipe
 
 

@@ -13,24 +13,18 @@ import pytest
 import torch
 
 from autotune.config import RunSpec, TrainConfig
-from autotune.data import build_dataloader, make_dataset
+from autotune.data.batching import build_dataloader
+from autotune.data.datasets import make_dataset
 from autotune.errors import UnsupportedConfig, UsageError
-from autotune.knobs import (
-    DeviceCapabilities,
-    apply_activation_checkpointing,
-    apply_compile,
-    apply_model_knobs,
-    check_supported,
-    find_blocks,
-    grad_scaler,
-    is_checkpointed,
-    is_compiled,
-    is_sdpa_unsupported_error,
-    precision,
-    training_context,
-)
-from autotune.measure import measure
-from autotune.models import build_model
+from autotune.knobs.apply import apply_model_knobs
+from autotune.knobs.checkpoint import apply_activation_checkpointing, is_checkpointed
+from autotune.knobs.compile import apply_compile, is_compiled
+from autotune.knobs.precision import grad_scaler, precision, training_context
+from autotune.knobs.support import DeviceCapabilities, check_supported
+from autotune.measure.loop import measure
+from autotune.measure.outcomes import is_sdpa_unsupported_error
+from autotune.model.introspect import find_blocks
+from autotune.model.load import build_model
 
 CPU = DeviceCapabilities(kind="cpu")
 HOPPER = DeviceCapabilities(kind="cuda", compute_capability=(9, 0))
@@ -371,7 +365,7 @@ def small_data(monkeypatch):
     def dataset(data, *, vocab_size, seq_len, seed):
         return make_dataset(data, vocab_size=vocab_size, seq_len=seq_len, seed=seed, min_tokens=seq_len * 512)
 
-    monkeypatch.setattr("autotune.measure.make_dataset", dataset)
+    monkeypatch.setattr("autotune.measure.loop.make_dataset", dataset)
 
 
 def run_small(batch_record, **knobs):
@@ -431,7 +425,7 @@ def test_measure_loads_data_in_worker_processes(batch_record, monkeypatch, tmp_p
         return PidLoggingDataset(make_dataset("synthetic", vocab_size=vocab_size, seq_len=seq_len, seed=seed,
                                               min_tokens=seq_len * 512), log)
 
-    monkeypatch.setattr("autotune.measure.make_dataset", dataset)
+    monkeypatch.setattr("autotune.measure.loop.make_dataset", dataset)
     cfg = TrainConfig(num_workers=2, prefetch_factor=3, persistent_workers=True, token_budget=1024)
     m = measure(RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=3), cfg)
     assert m.outcome == "ok", m.reason
@@ -444,7 +438,7 @@ def test_measure_loads_data_in_worker_processes(batch_record, monkeypatch, tmp_p
 def test_measure_loads_in_process_without_workers(monkeypatch, tmp_path):
     log = tmp_path / "pids"
     monkeypatch.setattr(
-        "autotune.measure.make_dataset",
+        "autotune.measure.loop.make_dataset",
         lambda data, *, vocab_size, seq_len, seed: PidLoggingDataset(
             make_dataset("synthetic", vocab_size=vocab_size, seq_len=seq_len, seed=seed, min_tokens=seq_len * 512), log),
     )

@@ -10,14 +10,17 @@ import time
 import pytest
 import torch
 
-import autotune.measure
+import autotune.measure.loop
 from autotune.config import RunSpec, TrainConfig
-from autotune.data import make_dataset
+from autotune.data.datasets import make_dataset
 from autotune.device import PEAK_FLOPS, DeviceInfo, peak_flops
 from autotune.errors import UsageError
-from autotune.measure import Measurement, _Run, measure
-from autotune.models import build_model, model_shape, non_embedding_params
-from autotune.outcomes import format_bytes
+from autotune.measure.flops import model_flops_utilization
+from autotune.measure.loop import measure
+from autotune.measure.measurement import Measurement
+from autotune.model.introspect import model_shape, non_embedding_params
+from autotune.model.load import build_model
+from autotune.units import format_bytes
 
 
 def short_spec(**changes) -> RunSpec:
@@ -31,7 +34,7 @@ def short_spec(**changes) -> RunSpec:
 def tiny_run() -> tuple[Measurement, list, list]:
     """One real measurement, shared by the field checks, with the batches it stepped on."""
     shapes, tokens = [], []
-    real = autotune.measure.build_dataloader
+    real = autotune.measure.loop.build_dataloader
 
     def spy(*args, **kwargs):
         loader = real(*args, **kwargs)
@@ -49,7 +52,7 @@ def tiny_run() -> tuple[Measurement, list, list]:
         return Loader()
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(autotune.measure, "build_dataloader", spy)
+        mp.setattr(autotune.measure.loop, "build_dataloader", spy)
         m = measure(short_spec(), TrainConfig(token_budget=2048))
     return m, shapes, tokens
 
@@ -106,7 +109,7 @@ def test_unsupported_config_is_an_outcome_without_running(monkeypatch):
     def must_not_build(name):
         raise AssertionError("an unsupported config must be rejected before building the model")
 
-    monkeypatch.setattr(autotune.measure, "build_model", must_not_build)
+    monkeypatch.setattr(autotune.measure.loop, "build_model", must_not_build)
     m = measure(short_spec(), TrainConfig(sdpa_backend="efficient"))
     assert m.outcome == "unsupported"
     assert m.reason.startswith("sdpa_backend:")
@@ -116,7 +119,7 @@ def test_unsupported_config_is_an_outcome_without_running(monkeypatch):
 def test_backend_failing_at_run_time_is_unsupported(monkeypatch):
     # Skip the static rules: the forced kernel then fails inside the step, and the error is
     # still classified as unsupported (never retried), not as a crash.
-    monkeypatch.setattr(autotune.measure, "check_supported", lambda cfg, caps: None)
+    monkeypatch.setattr(autotune.measure.loop, "check_supported", lambda cfg, caps: None)
     m = measure(short_spec(steps=2), TrainConfig(sdpa_backend="efficient", token_budget=1024))
     assert m.outcome == "unsupported"
     assert m.reason.startswith("sdpa_backend:") and "No viable backend" in m.reason
@@ -132,7 +135,7 @@ def test_a_crash_inside_the_run_is_an_outcome(monkeypatch):
         model.transformer.h[1].forward = explode
         return model
 
-    monkeypatch.setattr(autotune.measure, "build_model", broken)
+    monkeypatch.setattr(autotune.measure.loop, "build_model", broken)
     m = measure(short_spec(steps=2), TrainConfig(token_budget=1024))
     assert m.outcome == "crashed"
     assert m.reason.startswith("ValueError: boom in block 1") and "explode" in m.reason  # with its traceback tail
@@ -178,14 +181,20 @@ def test_peak_flops_table_cites_sources():
     assert all(source for _, _, source in PEAK_FLOPS)
 
 
-def make_run(device_name: str, amp_dtype: str = "bfloat16", kind: str = "cuda", model: str = "gpt2") -> _Run:
-    info = DeviceInfo(kind=kind, name=device_name, compute_capability="9.0" if kind == "cuda" else None)
-    run = _Run(RunSpec(model=model, device=kind), TrainConfig(amp_dtype=amp_dtype), info)
-    with torch.device("meta"):
-        built = build_model(model)
-    run.shape = model_shape(built)
-    run.n_params = non_embedding_params(built)
-    return run
+class Shaped:
+    """A model's MFU inputs, as the measuring loop reads them (built on the meta device)."""
+
+    def __init__(self, device_name: str, amp_dtype: str = "bfloat16", kind: str = "cuda", model: str = "gpt2") -> None:
+        self.info = DeviceInfo(kind=kind, name=device_name, compute_capability="9.0" if kind == "cuda" else None)
+        self.amp_dtype = amp_dtype
+        with torch.device("meta"):
+            built = build_model(model)
+        self.shape = model_shape(built)
+        self.n_params = non_embedding_params(built)
+
+    def mfu(self, tokens_per_sec: float, width: float) -> float | None:
+        return model_flops_utilization(tokens_per_sec, n_params=self.n_params, shape=self.shape, width=width,
+                                       device=self.info, amp_dtype=self.amp_dtype)
 
 
 def test_mfu_matches_nanogpt_for_gpt2():
@@ -194,24 +203,23 @@ def test_mfu_matches_nanogpt_for_gpt2():
     # Q=64, T=1024: 742,136,832 + 113,246,208 = 855,383,040 FLOPs.
     per_token = 6 * 123_689_472 + 12 * 12 * 12 * 64 * 1024
     assert per_token == 855_383_040
-    run = make_run("NVIDIA H100 80GB HBM3")
+    run = Shaped("NVIDIA H100 80GB HBM3")
     assert run.n_params == 123_689_472
-    mfu = run._mfu(tokens_per_sec=400_000.0, mean_width=1024)
+    mfu = run.mfu(400_000.0, 1024)
     assert mfu == pytest.approx(per_token * 400_000 / 989e12)
     assert mfu == pytest.approx(0.3460, abs=1e-4)
     # Shorter padded sequences cost less attention per token.
-    assert run._mfu(400_000.0, 512) < mfu
+    assert run.mfu(400_000.0, 512) < mfu
     # The peak follows the compute dtype: float32 on an H100 is 66.9 TFLOP/s.
-    assert make_run("NVIDIA H100 80GB HBM3", "float32")._mfu(10_000.0, 1024) == pytest.approx(
-        per_token * 10_000 / 66.9e12)
+    assert Shaped("NVIDIA H100 80GB HBM3", "float32").mfu(10_000.0, 1024) == pytest.approx(per_token * 10_000 / 66.9e12)
 
 
 def test_mfu_is_none_where_unknown():
-    assert make_run("Some Future GPU")._mfu(1000.0, 1024) is None
-    assert make_run("cpu", kind="cpu")._mfu(1000.0, 1024) is None
-    run = make_run("NVIDIA H100 80GB HBM3")
+    assert Shaped("Some Future GPU").mfu(1000.0, 1024) is None
+    assert Shaped("cpu", kind="cpu").mfu(1000.0, 1024) is None
+    run = Shaped("NVIDIA H100 80GB HBM3")
     run.shape = model_shape(build_model("tests.fixture_models:make_llama"))  # no head count
-    assert run._mfu(1000.0, 64) is None
+    assert run.mfu(1000.0, 64) is None
 
 
 # -------------------------------------------------------------------------- data waits
@@ -240,7 +248,7 @@ def test_data_waits_are_measured(monkeypatch):
 
     cfg = TrainConfig(batching="fixed", token_budget=1024)  # 8 items, so >= 160 ms of waiting per step
     fast = measure(short_spec(steps=3), cfg)
-    monkeypatch.setattr(autotune.measure, "make_dataset", slow)
+    monkeypatch.setattr(autotune.measure.loop, "make_dataset", slow)
     starved = measure(short_spec(steps=3), cfg)
     assert fast.outcome == starved.outcome == "ok"
 

@@ -8,8 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from autotune.errors import UsageError
-from autotune.knobs import find_blocks
-from autotune.models import IGNORE_INDEX, MODEL_SIZES, build_model, model_shape, non_embedding_params
+from autotune.config import IGNORE_INDEX
+from autotune.model.gpt import MODEL_SIZES
+from autotune.model.introspect import find_blocks, model_shape, non_embedding_params
+from autotune.model.load import build_model
 
 REAL_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 

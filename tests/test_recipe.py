@@ -16,10 +16,12 @@ import yaml
 
 import autotune
 from autotune.config import TrainConfig
-from autotune.device import describe
-from autotune.errors import UsageError
-from autotune.knobs import is_checkpointed, is_compiled
-from autotune.recipe import FORMAT, Recipe, RecipeEnvironmentWarning, TokenSequences, software_versions
+from autotune.device import describe, software_versions
+from autotune.errors import RecipeEnvironmentWarning, UsageError
+from autotune.knobs.checkpoint import is_checkpointed
+from autotune.knobs.compile import is_compiled
+from autotune.recipe.recipe import FORMAT, Recipe
+from autotune.recipe.training import TokenSequences
 from tests.fixture_models import make_llama, make_odd_path
 
 

@@ -39,13 +39,17 @@ from click.testing import CliRunner
 from optuna.trial import TrialState
 
 import autotune.device
-import autotune.search
-import autotune.study
-from autotune import outcomes
+import autotune.device.nvml
+import autotune.measure.loop
+import autotune.search.fleet
+import autotune.search.objective
+import autotune.search.run
+import autotune.search.study
 from autotune.cli import main
-from autotune.storage import RetryStaleTrial, default_grace_period_s, open_storage, redact
-from autotune.workers import (STORAGE_ENV, WorkerDevice, parse_devices, plan_workers, resolve_devices, split_trials,
-                              worker_command)
+from autotune.measure import outcomes
+from autotune.search.fleet import (STORAGE_ENV, WorkerDevice, parse_devices, plan_workers, resolve_devices,
+                                   split_trials, worker_command)
+from autotune.search.storage import RetryStaleTrial, default_grace_period_s, open_storage, redact
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_SPACE = ROOT / "tests" / "spaces" / "tiny.yaml"
@@ -343,7 +347,7 @@ def test_concurrent_workers_create_the_study_and_its_references_once(backend, re
     ctx = tiny_context()
     url = f"journal:{tmp_path / 'race.journal'}" if backend == "journal" else request.getfixturevalue("postgres").fresh_database()
     results: list = []
-    errors = run_together(4, lambda: results.append(autotune.study.open_study("race", open_storage(url), ctx, seed=0)))
+    errors = run_together(4, lambda: results.append(autotune.search.study.open_study("race", open_storage(url), ctx, seed=0)))
     assert not errors, errors
     assert sorted(is_new for _, is_new in results) == [False, False, False, True]
     study = load(url, "race")
@@ -355,15 +359,15 @@ def test_concurrent_workers_create_the_study_and_its_references_once(backend, re
 def test_workers_joining_together_get_their_own_sampler_seed():
     """Same seed, same number of trials, two processes: different seeds, or the two workers
     would propose the same configurations in lockstep. A resume gets a new one too."""
-    assert autotune.study.worker_seed(0, 2, pid=1001) != autotune.study.worker_seed(0, 2, pid=1002)
-    assert autotune.study.worker_seed(0, 2, pid=1001) != autotune.study.worker_seed(0, 3, pid=1001)
+    assert autotune.search.study.worker_seed(0, 2, pid=1001) != autotune.search.study.worker_seed(0, 2, pid=1002)
+    assert autotune.search.study.worker_seed(0, 2, pid=1001) != autotune.search.study.worker_seed(0, 3, pid=1001)
 
 
 def test_a_study_whose_creator_died_before_setting_it_up_is_set_up_by_the_next_worker(tmp_path, monkeypatch):
-    monkeypatch.setattr(autotune.study, "JOIN_WAIT_S", 0.5)
+    monkeypatch.setattr(autotune.search.study, "JOIN_WAIT_S", 0.5)
     storage = open_storage(f"journal:{tmp_path / 's.journal'}")
     optuna.create_study(study_name="half", storage=storage, direction="maximize")  # and then the creator died
-    study, is_new = autotune.study.open_study("half", storage, tiny_context(), seed=0)
+    study, is_new = autotune.search.study.open_study("half", storage, tiny_context(), seed=0)
     assert is_new and len(study.get_trials(states=(TrialState.WAITING,))) == 2
 
 
@@ -376,13 +380,13 @@ def test_sqlite_with_a_second_live_tuner_warns_and_points_elsewhere(tmp_path, ca
         trial.set_user_attr("host", socket.gethostname())
         trial.set_user_attr("tuner_pid", sleeper.pid)
         with caplog.at_level(logging.WARNING):
-            assert autotune.search.warn_if_sqlite_shared(study, f"sqlite:///{tmp_path / 's.db'}")
+            assert autotune.search.run.warn_if_sqlite_shared(study, f"sqlite:///{tmp_path / 's.db'}")
         assert "journal:PATH" in caplog.text and "PostgreSQL" in caplog.text and str(sleeper.pid) in caplog.text
     finally:
         sleeper.kill()
         sleeper.wait()
     caplog.clear()
-    assert not autotune.search.warn_if_sqlite_shared(study, "sqlite:///x.db")  # its tuner is gone: no warning
+    assert not autotune.search.run.warn_if_sqlite_shared(study, "sqlite:///x.db")  # its tuner is gone: no warning
 
 
 # --- row 6 on one host: --devices ------------------------------------------------------------------
@@ -423,7 +427,7 @@ def test_n_trials_is_the_total_split_evenly():
 
 
 def test_worker_commands_pin_one_gpu_each_and_keep_the_password_off_the_command_line():
-    settings = autotune.search.SearchSettings(model="gpt2", n_trials=10, space="my.yaml", seq_len=512, timeout_s=3600,
+    settings = autotune.search.run.SearchSettings(model="gpt2", n_trials=10, space="my.yaml", seq_len=512, timeout_s=3600,
                                               warmup=2, steps=10, seed=3, recipe="out.json")
     url = "postgresql://tuner:hunter2@db/autotune"
     devices = resolve_devices(["0", "1", "2", "3"], FAKE_UUIDS)
@@ -443,14 +447,14 @@ def test_worker_commands_pin_one_gpu_each_and_keep_the_password_off_the_command_
         assert plan.env == {"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", STORAGE_ENV: url,
                             "PYTHONUNBUFFERED": "1"}
     # Fewer trials than GPUs: idle GPUs get no worker.
-    assert len(plan_workers(autotune.search.SearchSettings(n_trials=2), devices, study="s", storage_url=url,
+    assert len(plan_workers(autotune.search.run.SearchSettings(n_trials=2), devices, study="s", storage_url=url,
                             memory_limit_bytes=1, trial_timeout_s=1.0)) == 2
 
 
 def test_worker_command_is_accepted_by_the_search_command(tmp_path):
     """The built command parses: run it with --help-free validation by pointing it at a bad
     model, which fails in prepare() with exit 2, after click accepted every option."""
-    settings = autotune.search.SearchSettings(model="no-such-model", n_trials=1, space=str(TINY_SPACE), timeout_s=60)
+    settings = autotune.search.run.SearchSettings(model="no-such-model", n_trials=1, space=str(TINY_SPACE), timeout_s=60)
     cmd = worker_command(settings, study="s", memory_limit_bytes=10**9, trial_timeout_s=30.0, n_trials=1)
     result = CliRunner().invoke(main, cmd[3:], env={STORAGE_ENV: f"journal:{tmp_path / 'x.journal'}"})
     assert result.exit_code == 2 and "unknown model 'no-such-model'" in result.stderr, result.output
@@ -459,23 +463,21 @@ def test_worker_command_is_accepted_by_the_search_command(tmp_path):
 def test_devices_parent_sets_up_the_study_once_warns_on_sqlite_and_sums_up(tmp_path, monkeypatch, caplog):
     """The --devices parent end to end, with four fake GPUs: NVML answers with fake UUIDs, the
     context is the CPU's, and the workers are not started (supervise is replaced)."""
-    import autotune.workers
-
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(autotune.device, "visible_gpu_uuids", lambda: FAKE_UUIDS)
-    real_prepare = autotune.search.prepare
-    monkeypatch.setattr(autotune.search, "prepare", lambda s: real_prepare(s.__class__(**{**s.__dict__, "device": "cpu"})))
+    real_prepare = autotune.search.run.prepare
+    monkeypatch.setattr(autotune.search.run, "prepare", lambda s: real_prepare(s.__class__(**{**s.__dict__, "device": "cpu"})))
     seen = {}
 
     def fake_supervise(plans):
         seen["plans"] = plans
         return [0, 0, 0, 0], False
 
-    monkeypatch.setattr(autotune.workers, "supervise", fake_supervise)
-    settings = autotune.search.SearchSettings(model="gpt2-tiny", n_trials=8, space=str(TINY_SPACE), study="fleet",
+    monkeypatch.setattr(autotune.search.fleet, "supervise", fake_supervise)
+    settings = autotune.search.run.SearchSettings(model="gpt2-tiny", n_trials=8, space=str(TINY_SPACE), study="fleet",
                                               memory_limit_bytes=2 * 1024**3)
     with caplog.at_level(logging.WARNING):
-        result = autotune.workers.run_workers(settings, "0,1,2,3")
+        result = autotune.search.fleet.run_workers(settings, "0,1,2,3")
     assert "4 workers on sqlite:///studies/fleet.db" in caplog.text and "journal:PATH" in caplog.text
     assert [p.env["CUDA_VISIBLE_DEVICES"] for p in seen["plans"]] == FAKE_UUIDS
     assert [p.n_trials for p in seen["plans"]] == [2, 2, 2, 2]
@@ -498,7 +500,7 @@ SUPERVISED_CHILD = textwrap.dedent("""
 
 SUPERVISOR = textwrap.dedent("""
     import json, sys
-    from autotune.workers import WorkerDevice, WorkerPlan, supervise
+    from autotune.search.fleet import WorkerDevice, WorkerPlan, supervise
     child, tmp = sys.argv[1], sys.argv[2]
     plans = [WorkerPlan(WorkerDevice(i, f"GPU-{i}"), 1, [sys.executable, "-c", child, f"{tmp}/marker{i}"],
                         {"CUDA_VISIBLE_DEVICES": f"GPU-{i}"}) for i in range(2)]
@@ -610,7 +612,7 @@ def test_orphaned_trial_of_a_dead_tuner_is_failed_at_resume_and_retried_once(tmp
             t = study.ask({"x": optuna.distributions.CategoricalDistribution([1, 2])})
             for key, value in {"host": socket.gethostname(), "tuner_pid": pid, "trial_pid": 1, "config": {}}.items():
                 t.set_user_attr(key, value)
-        assert autotune.study.fail_orphaned_trials(study) == [0]
+        assert autotune.search.study.fail_orphaned_trials(study) == [0]
         trials = study.get_trials()
         assert trials[0].state == TrialState.FAIL and trials[0].user_attrs["outcome"] == outcomes.INTERRUPTED
         assert trials[1].state == TrialState.RUNNING  # its tuner is alive: not ours to touch
@@ -618,7 +620,7 @@ def test_orphaned_trial_of_a_dead_tuner_is_failed_at_resume_and_retried_once(tmp
         assert retry.params == trials[0].params and retry.system_attrs["failed_trial"] == 0
         # The retry does not inherit the dead attempt's host and pids (it would look orphaned).
         assert "tuner_pid" not in retry.user_attrs and "trial_pid" not in retry.user_attrs
-        assert autotune.study.fail_orphaned_trials(study) == []  # idempotent
+        assert autotune.search.study.fail_orphaned_trials(study) == []  # idempotent
     finally:
         alive.kill()
         alive.wait()
@@ -628,7 +630,7 @@ def test_orphaned_trial_of_a_dead_tuner_is_failed_at_resume_and_retried_once(tmp
 
 HEARTBEAT_WORKER = textwrap.dedent("""
     import sys, time, optuna
-    from autotune.storage import default_grace_period_s, open_storage
+    from autotune.search.storage import default_grace_period_s, open_storage
     storage = open_storage(sys.argv[1], grace_period_s=default_grace_period_s())
     study = optuna.load_study(study_name=sys.argv[2], storage=storage)
     def objective(trial):
@@ -707,17 +709,17 @@ def test_retry_keeps_the_reference_and_drops_the_attempt():
 
 @pytest.fixture
 def fresh_nvml(monkeypatch):
-    monkeypatch.setitem(autotune.device._nvml_state, "ok", None)
-    monkeypatch.delitem(autotune.device._nvml_state, "module", raising=False)
+    monkeypatch.setitem(autotune.device.nvml._nvml_state, "ok", None)
+    monkeypatch.delitem(autotune.device.nvml._nvml_state, "module", raising=False)
     yield
-    autotune.device._nvml_state.clear()
-    autotune.device._nvml_state["ok"] = None
+    autotune.device.nvml._nvml_state.clear()
+    autotune.device.nvml._nvml_state["ok"] = None
 
 
 def test_nvml_missing_is_none_not_an_error(fresh_nvml, caplog):
     with caplog.at_level(logging.WARNING):
-        assert autotune.device.nvml() is None  # no driver on this machine
-        assert autotune.device.visible_gpu_uuids() is None
+        assert autotune.device.nvml.load_nvml() is None  # no driver on this machine
+        assert autotune.device.nvml.visible_gpu_uuids() is None
     assert "NVML" not in caplog.text  # a CPU machine has nothing to fall back from
 
 
@@ -726,19 +728,19 @@ def test_nvml_failing_on_a_gpu_machine_is_said_once(fresh_nvml, monkeypatch, cap
 
     broken = types.SimpleNamespace(nvmlInit=lambda: (_ for _ in ()).throw(RuntimeError("NVML Shared Library Not Found")))
     monkeypatch.setitem(sys.modules, "pynvml", broken)
-    monkeypatch.setattr(autotune.device.torch.cuda, "is_available", lambda: True)
-    with caplog.at_level(logging.WARNING, logger="autotune.device"):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    with caplog.at_level(logging.WARNING, logger="autotune.device.nvml"):
         for _ in range(3):
-            assert autotune.device.nvml() is None
+            assert autotune.device.nvml.load_nvml() is None
     warnings = [r for r in caplog.records if "NVML unavailable" in r.getMessage()]
     assert len(warnings) == 1 and "torch's allocator" in warnings[0].getMessage()
 
 
 def test_memory_limit_is_still_enforced_on_cpu_without_nvml(fresh_nvml):
     from autotune.config import RunSpec, TrainConfig
-    from autotune.measure import measure
+    from autotune.measure.loop import measure
 
-    assert autotune.device.nvml() is None
+    assert autotune.device.nvml.load_nvml() is None
     spec = RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=2, memory_limit_bytes=64 * 1024**2)
     m = measure(spec, TrainConfig(token_budget=1024))
     assert m.outcome == outcomes.OVER_MEMORY_LIMIT and m.peak_memory_source == "rss"
@@ -772,7 +774,7 @@ def test_bad_devices_for_search(tmp_path, monkeypatch):
 
 def _recipe_text() -> str:
     from autotune.config import TrainConfig
-    from autotune.recipe import Recipe
+    from autotune.recipe.recipe import Recipe
 
     return json.dumps(Recipe(config=TrainConfig(), model={"name": "gpt2-tiny"}, data="synthetic", measured={},
                              reference_speedups={}, hardware={}, software={}, study={}, created="now").to_dict())
@@ -828,11 +830,11 @@ def test_the_password_never_shows_in_output_logs_recipes_or_reports(postgres_two
 def tiny_context():
     from autotune.config import RunSpec
     from autotune.device import describe
-    from autotune.space import SearchSpace
+    from autotune.search.space_file import load_space
 
     spec = RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=4, memory_limit_bytes=2 * 1024**3)
-    return autotune.study.StudyContext(spec=spec, device=describe("cpu"),
-                                       space=SearchSpace.load(TINY_SPACE, n_layer=2, seq_len=128),
+    return autotune.search.study.StudyContext(spec=spec, device=describe("cpu"),
+                                       space=load_space(TINY_SPACE, n_layer=2, seq_len=128),
                                        memory_limit_bytes=2 * 1024**3, trial_timeout_s=60)
 
 
@@ -841,21 +843,22 @@ def test_a_noisy_run_takes_a_second_window_then_is_flagged_unstable(monkeypatch)
     import autotune.measure
     from autotune.config import RunSpec, TrainConfig
 
-    monkeypatch.setattr(autotune.measure, "CV_TARGET", -1.0)
-    m = autotune.measure.measure(RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=2, min_time_s=0),
+    monkeypatch.setattr(autotune.measure.loop, "CV_TARGET", -1.0)
+    m = autotune.measure.loop.measure(RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=2, min_time_s=0),
                                   TrainConfig(token_budget=1024))
     assert m.outcome == outcomes.OK and m.unstable is True
     assert m.steps == 4 and m.step_time_cv is not None  # two windows of 2 steps: more samples before judging
 
 
 def test_a_trial_flagged_unstable_keeps_the_flag(monkeypatch):
-    from autotune.runner import TrialResult
+    from autotune.measure.measurement import Measurement
+    from autotune.trial.runner import TrialResult
 
-    measurement = {"outcome": "ok", "tokens_per_sec": 1000.0, "peak_memory_bytes": 10**8, "step_time_cv": 0.31,
-                   "unstable": True}
-    monkeypatch.setattr(autotune.study, "run_trial", lambda *a, **k: TrialResult("ok", None, measurement, 1.0, {"total": 1.0}))
+    measurement = Measurement(config={}, outcome="ok", tokens_per_sec=1000.0, peak_memory_bytes=10**8,
+                              step_time_cv=0.31, unstable=True)
+    monkeypatch.setattr(autotune.search.objective, "run_trial", lambda *a, **k: TrialResult("ok", None, measurement, 1.0, {"total": 1.0}))
     study = optuna.create_study(direction="maximize")
-    study.optimize(autotune.study.Objective(tiny_context()), n_trials=1)
+    study.optimize(autotune.search.objective.Objective(tiny_context()), n_trials=1)
     (trial,) = study.trials
     assert trial.state == TrialState.COMPLETE
     assert trial.user_attrs["measurement"]["unstable"] is True and trial.user_attrs["measurement"]["step_time_cv"] == 0.31

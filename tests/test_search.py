@@ -7,6 +7,8 @@ and as few trials as prove the point. No assertion is about speed (the CPU is sh
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import signal
@@ -19,16 +21,19 @@ import torch
 from click.testing import CliRunner
 from optuna.trial import TrialState
 
-from autotune import outcomes
 from autotune.cli import main
 from autotune.config import TrainConfig
 from autotune.errors import UnsupportedConfig
-from autotune.recipe import Recipe
-from autotune.runner import TrialResult
-from autotune.search import SearchInterrupted, SearchSettings, load_study, prepare, run_search
-from autotune.space import SearchSpace
-from autotune.study import (Objective, TrialFailed, _caps, baseline_config, checklist_config, is_feasible_ok,
-                            summarize)
+from autotune.measure import outcomes
+from autotune.measure.measurement import Measurement
+from autotune.recipe.recipe import Recipe
+from autotune.search.objective import Objective, TrialFailed
+from autotune.search.references import baseline_config, checklist_config
+from autotune.search.run import SearchInterrupted, SearchSettings, prepare, run_search
+from autotune.search.space_file import load_space
+from autotune.search.storage import load_study
+from autotune.search.study import is_feasible_ok, summarize
+from autotune.trial.runner import TrialResult
 
 REPO = Path(__file__).resolve().parent.parent
 SPACES = REPO / "tests" / "spaces"
@@ -109,7 +114,7 @@ def test_search_writes_study_and_recipe(searched, monkeypatch):
     assert [t.number for t in trials] == [0, 1, 2, 3]
     assert [t.user_attrs.get("reference") for t in trials] == ["baseline", "checklist", None, None]
     assert trials[0].user_attrs["config"] == baseline_config(128).to_dict()
-    checklist, _ = checklist_config(128, _caps(prepare(settings())[0].device))
+    checklist, _ = checklist_config(128, prepare(settings())[0].capabilities)
     assert trials[1].user_attrs["config"] == checklist.to_dict()
     assert checklist.amp_dtype == "bfloat16" and checklist.compile_mode == "default" and not checklist.pin_memory
     assert any(n.startswith("pin_memory changed") for n in trials[1].user_attrs["reference_notes"])
@@ -125,7 +130,7 @@ def test_search_writes_study_and_recipe(searched, monkeypatch):
         assert cfg["sdpa_backend"] in ("math", "flash") and cfg["compile_mode"] == "none"
 
     attrs = study.user_attrs
-    assert attrs["space_hash"] == SearchSpace.load(TINY).hash
+    assert attrs["space_hash"] == load_space(TINY).hash
     assert attrs["identity"]["model"] == "gpt2-tiny" and attrs["seq_len"] == 128 and attrs["n_layer"] == 2
     assert attrs["run"] == {"warmup": 1, "steps": 4, "min_time_s": 2.0, "seed": 0}
 
@@ -189,7 +194,7 @@ def test_resume_with_another_space_is_refused(searched, monkeypatch):
     other = str(SPACES / "unsupported.yaml")
     result = invoke("search", "--model", "gpt2-tiny", *FAST, "--n-trials", "1", "--space", other)
     assert result.exit_code == 2
-    old, new = SearchSpace.load(TINY).hash, SearchSpace.load(other).hash
+    old, new = load_space(TINY).hash, load_space(other).hash
     assert result.stderr == (f"Error: study '{STUDY}' was made for search space (hash) {old}, this run is search "
                              f"space (hash) {new}: resume it with the same settings, or choose a new name with --study\n")
     assert len(load_study(STUDY, None).trials) == before
@@ -343,12 +348,12 @@ def test_no_feasible_trial(workdir):
 # --- how the objective records each outcome (no process: run_trial is replaced) ----------------------
 
 
-MEASUREMENT = {"tokens_per_sec": 5000.0, "peak_memory_bytes": 800, "outcome": "ok"}
+MEASUREMENT = Measurement(config={}, outcome="ok", tokens_per_sec=5000.0, peak_memory_bytes=800)
 
 
 @pytest.mark.parametrize("result, state, value, constraint", [
     (TrialResult("ok", None, MEASUREMENT), TrialState.COMPLETE, 5000.0, -0.2),
-    (TrialResult("over_memory_limit", "peak above", {**MEASUREMENT, "peak_memory_bytes": 1500}),
+    (TrialResult("over_memory_limit", "peak above", dataclasses.replace(MEASUREMENT, outcome="over_memory_limit", peak_memory_bytes=1500)),
      TrialState.COMPLETE, 5000.0, 0.5),
     (TrialResult("over_memory_limit", "stopped early"), TrialState.COMPLETE, 0.0, 1.0),  # RSS watchdog
     (TrialResult("oom", "out of memory: CUDA"), TrialState.COMPLETE, 0.0, 1.0),
@@ -357,7 +362,7 @@ MEASUREMENT = {"tokens_per_sec": 5000.0, "peak_memory_bytes": 800, "outcome": "o
     (TrialResult("timeout", "no result after 8 s"), TrialState.FAIL, None, None),
 ], ids=["ok", "over_limit", "over_limit_stopped", "oom", "unsupported", "crashed", "timeout"])
 def test_objective_records_outcome(workdir, monkeypatch, result, state, value, constraint):
-    monkeypatch.setattr("autotune.study.run_trial", lambda *a, **k: result)
+    monkeypatch.setattr("autotune.search.objective.run_trial", lambda *a, **k: result)
     ctx, _, _ = prepare(settings(memory_limit_bytes=1000))
     (trial,) = run_objective(ctx, [TINY_PARAMS]).trials
     assert trial.state == state
@@ -376,7 +381,7 @@ def test_objective_reuses_a_repeated_configuration(workdir, monkeypatch):
         calls.append(cfg)
         return TrialResult("ok", None, MEASUREMENT)
 
-    monkeypatch.setattr("autotune.study.run_trial", fake_run_trial)
+    monkeypatch.setattr("autotune.search.objective.run_trial", fake_run_trial)
     ctx, _, _ = prepare(settings(memory_limit_bytes=1000))
     first, again = run_objective(ctx, [TINY_PARAMS, TINY_PARAMS]).trials
     assert len(calls) == 1
@@ -390,7 +395,7 @@ def test_ctrl_c_records_the_trial_and_keeps_the_best_so_far(workdir, monkeypatch
             return TrialResult("ok", None, MEASUREMENT)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("autotune.study.run_trial", fake_run_trial)
+    monkeypatch.setattr("autotune.search.objective.run_trial", fake_run_trial)
     with pytest.raises(SearchInterrupted) as info:
         run_search(settings(n_trials=4))
     assert info.value.exit_code == 130
@@ -538,7 +543,7 @@ def test_a_reference_stopped_early_has_no_rate_and_is_not_a_reference_figure():
     anchor a speedup; the summary then has no such reference rather than a None rate."""
     import optuna
 
-    from autotune.study import summarize
+    from autotune.search.study import summarize
 
     study = optuna.create_study(direction="maximize")
     for reference, attrs in (("baseline", {"outcome": "ok", "tokens_per_sec": 100.0}),

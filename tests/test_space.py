@@ -12,7 +12,9 @@ from optuna.trial import FixedTrial
 
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
-from autotune.space import SearchSpace, checkpoint_layers
+from autotune.search.sampling import params_for, suggest
+from autotune.search.space import SearchSpace, checkpoint_layers
+from autotune.search.space_file import load_space
 
 SPACES = Path(__file__).resolve().parent / "spaces"
 TINY = SPACES / "tiny.yaml"
@@ -29,7 +31,7 @@ def write(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
 
 
 def load(path: Path, n_layer: int | None = N_LAYER, seq_len: int | None = SEQ_LEN) -> SearchSpace:
-    return SearchSpace.load(path, n_layer=n_layer, seq_len=seq_len)
+    return load_space(path, n_layer=n_layer, seq_len=seq_len)
 
 
 def load_error(path: Path, **kwargs) -> str:
@@ -55,9 +57,9 @@ def test_tiny_space_parsed():
     assert space.fixed == {"batching": "padded"}
     assert set(space.dimensions) == {"token_budget", "amp_dtype", "compile_mode", "sdpa_backend", "num_workers"}
     assert space.dimensions["token_budget"].choices == (1024, 2048)
-    assert space.checkpoint["count"].low == 0 and space.checkpoint["count"].high == "n_layer"
-    assert space.checkpoint["placement"].choices == ("first", "last", "spread")
-    assert space.rules == []
+    assert space.checkpoint.count.low == 0 and space.checkpoint.count.high == N_LAYER  # "n_layer", resolved
+    assert space.checkpoint.placements == ("first", "last", "spread")
+    assert space.rules == ()
 
 
 def test_unknown_top_key(tmp_path):
@@ -182,7 +184,7 @@ def test_checkpoint_count_above_n_layer_rejected(tmp_path):
                                 "has 2; use high: n_layer")
     choices = write(tmp_path, "dimensions: {checkpoint: {count: {choices: [0, 4]}}}\n", "choices.yaml")
     assert "dimensions.checkpoint.count: 4 blocks, but the model has 2" in load_error(choices)
-    assert load(path, n_layer=12).checkpoint["count"].high == 3
+    assert load(path, n_layer=12).checkpoint.count.high == 3
 
 
 def test_bad_checkpoint_placement(tmp_path):
@@ -200,7 +202,7 @@ def test_high_n_layer_resolves_to_the_models_depth():
     for n_layer in (2, 12):
         space = load(TINY, n_layer=n_layer)
         trial = optuna.create_study().ask()
-        space.suggest(trial)
+        suggest(space, trial)
         dist = trial.distributions["checkpoint_count"]
         assert (dist.low, dist.high) == (0, n_layer)
 
@@ -219,9 +221,9 @@ CONDITIONAL = """\
 
 def test_conditional_dimension_only_when_workers(tmp_path):
     space = load(write(tmp_path, CONDITIONAL))
-    cfg = space.suggest(FixedTrial({"num_workers": 0, "token_budget": 1024}))
+    cfg = suggest(space, FixedTrial({"num_workers": 0, "token_budget": 1024}))
     assert cfg.num_workers == 0 and cfg.prefetch_factor is None and cfg.persistent_workers is False
-    cfg = space.suggest(FixedTrial({"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True,
+    cfg = suggest(space, FixedTrial({"num_workers": 2, "prefetch_factor": 4, "persistent_workers": True,
                                     "token_budget": 1024}))
     assert (cfg.num_workers, cfg.prefetch_factor, cfg.persistent_workers) == (2, 4, True)
 
@@ -232,7 +234,7 @@ def test_conditional_dimension_absent_from_trial_params(tmp_path):
     for workers in (0, 2):
         study.enqueue_trial({"num_workers": workers})
         trial = study.ask()
-        space.suggest(trial)
+        suggest(space, trial)
         assert ("prefetch_factor" in trial.params) == (workers > 0)
         assert ("persistent_workers" in trial.params) == (workers > 0)
 
@@ -254,23 +256,23 @@ def test_checkpoint_placements():
 
 def test_checkpoint_recorded_as_explicit_layers():
     space = load(TINY, n_layer=2)
-    cfg = space.suggest(FixedTrial({**TINY_PARAMS, "checkpoint_count": 1, "checkpoint_placement": "first"}))
+    cfg = suggest(space, FixedTrial({**TINY_PARAMS, "checkpoint_count": 1, "checkpoint_placement": "first"}))
     assert cfg.checkpoint_layers == (0,)
     assert cfg.to_dict()["checkpoint_layers"] == [0]
-    cfg = space.suggest(FixedTrial({**TINY_PARAMS, "checkpoint_count": 1, "checkpoint_placement": "last"}))
+    cfg = suggest(space, FixedTrial({**TINY_PARAMS, "checkpoint_count": 1, "checkpoint_placement": "last"}))
     assert cfg.checkpoint_layers == (1,)
-    cfg = space.suggest(FixedTrial({**TINY_PARAMS, "checkpoint_count": 2, "checkpoint_placement": "spread"}))
+    cfg = suggest(space, FixedTrial({**TINY_PARAMS, "checkpoint_count": 2, "checkpoint_placement": "spread"}))
     assert cfg.checkpoint_layers == (0, 1)
     # No placement is asked for when nothing is checkpointed.
     study = optuna.create_study()
     study.enqueue_trial(TINY_PARAMS)
     trial = study.ask()
-    assert space.suggest(trial).checkpoint_layers == ()
+    assert suggest(space, trial).checkpoint_layers == ()
     assert "checkpoint_placement" not in trial.params
 
 
 def test_suggest_applies_fixed_knobs():
-    cfg = load(TINY).suggest(FixedTrial({**TINY_PARAMS, "sdpa_backend": "flash", "token_budget": 2048}))
+    cfg = suggest(load(TINY), FixedTrial({**TINY_PARAMS, "sdpa_backend": "flash", "token_budget": 2048}))
     assert cfg == TrainConfig(batching="padded", token_budget=2048, amp_dtype="float32", compile_mode="none",
                               sdpa_backend="flash", num_workers=0)
 
@@ -326,10 +328,10 @@ def _tiny_param_sets():
 def test_params_for_round_trip():
     space = load(TINY)
     for params in _tiny_param_sets():
-        cfg = space.suggest(FixedTrial(params))
-        back = space.params_for(cfg)
+        cfg = suggest(space, FixedTrial(params))
+        back = params_for(space, cfg)
         assert back is not None, params
-        assert space.suggest(FixedTrial(back)) == cfg
+        assert suggest(space, FixedTrial(back)) == cfg
         # The same params, except where two placements give the same blocks (of two blocks,
         # "last" and "spread" are both block 1; all blocks are all blocks whatever the placement).
         if params["checkpoint_count"] == 0 or params["checkpoint_placement"] == "first":
@@ -338,18 +340,18 @@ def test_params_for_round_trip():
 
 def test_params_for_outside_the_space():
     space = load(TINY)
-    cfg = space.suggest(FixedTrial(TINY_PARAMS))
-    assert space.params_for(cfg.replace(token_budget=4096)) is None  # not a choice
-    assert space.params_for(cfg.replace(batching="packed")) is None  # against a fixed knob
+    cfg = suggest(space, FixedTrial(TINY_PARAMS))
+    assert params_for(space, cfg.replace(token_budget=4096)) is None  # not a choice
+    assert params_for(space, cfg.replace(batching="packed")) is None  # against a fixed knob
     no_ckpt = load(SPACES / "unsupported.yaml")
-    assert no_ckpt.params_for(TrainConfig(batching="padded", amp_dtype="float32", compile_mode="none",
+    assert params_for(no_ckpt, TrainConfig(batching="padded", amp_dtype="float32", compile_mode="none",
                                           sdpa_backend="math", token_budget=2048, checkpoint_layers=(0,))) is None
 
 
 def test_params_for_conditional(tmp_path):
     space = load(write(tmp_path, CONDITIONAL))
-    assert space.params_for(TrainConfig(num_workers=0, token_budget=1024)) == {"num_workers": 0, "token_budget": 1024}
-    assert space.params_for(TrainConfig(num_workers=2, prefetch_factor=4, persistent_workers=False, token_budget=1024)) == {
+    assert params_for(space, TrainConfig(num_workers=0, token_budget=1024)) == {"num_workers": 0, "token_budget": 1024}
+    assert params_for(space, TrainConfig(num_workers=2, prefetch_factor=4, persistent_workers=False, token_budget=1024)) == {
         "num_workers": 2, "prefetch_factor": 4, "persistent_workers": False, "token_budget": 1024}
 
 

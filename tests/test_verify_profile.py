@@ -14,12 +14,14 @@ from click.testing import CliRunner
 from torch.autograd import DeviceType
 
 from autotune.cli import main
-from autotune.cli_recipe import parse_tolerance
 from autotune.config import RunSpec, TrainConfig
 from autotune.errors import UsageError
-from autotune.measure import measure
-from autotune.profiling import CATEGORIES, _shares, attribute, classify_op, profile_recipe
-from autotune.recipe import Recipe, now_iso, recipe_measured, software_versions
+from autotune.device import software_versions
+from autotune.measure.loop import measure
+from autotune.measure.profile import CATEGORIES, _shares, attribute, classify_op
+from autotune.recipe.profile import profile_recipe
+from autotune.recipe.recipe import Recipe, now_iso, recipe_measured
+from autotune.units import parse_fraction
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--device", "cpu", "--steps", "6", "--warmup", "1"]
@@ -32,7 +34,7 @@ def recipe() -> Recipe:
     m = measure(RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=6), cfg)
     assert m.outcome == "ok", m.reason
     return Recipe(config=cfg, model={**m.model, "name": "gpt2-tiny"}, data="synthetic",
-                  measured=recipe_measured(m.to_dict(), None), hardware=m.device, software=software_versions(),
+                  measured=recipe_measured(m, None), hardware=m.device, software=software_versions(),
                   study={"name": "test", "trial": 0}, created=now_iso())
 
 
@@ -74,7 +76,7 @@ def test_verify_fails_when_the_record_is_out_of_reach(recipe, tmp_path):
 
 
 def test_default_tolerance_is_tighter_on_a_gpu():
-    from autotune.cli_recipe import default_tolerance
+    from autotune.recipe.verify import default_tolerance
 
     assert default_tolerance("cuda") == default_tolerance("cuda:1") == pytest.approx(0.05)
     assert default_tolerance("cpu") == pytest.approx(0.15)
@@ -82,13 +84,13 @@ def test_default_tolerance_is_tighter_on_a_gpu():
 
 @pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.05", 0.05), ("12.5%", 0.125), ("0", 0.0)])
 def test_parse_tolerance(text, value):
-    assert parse_tolerance(text) == pytest.approx(value)
+    assert parse_fraction(text, option="--tolerance") == pytest.approx(value)
 
 
 @pytest.mark.parametrize("bad", ["abc", "150%", "1.5", "-5%"])
 def test_bad_tolerance_exits_2_naming_the_option(recipe, tmp_path, bad):
     with pytest.raises(UsageError):
-        parse_tolerance(bad)
+        parse_fraction(bad, option="--tolerance")
     result = CliRunner().invoke(main, ["verify", str(save(recipe, tmp_path / "r.json")), "--tolerance", bad])
     assert result.exit_code == 2
     assert "--tolerance" in result.output

@@ -1,0 +1,44 @@
+"""The `autotune` command line. Commands are thin: they parse, call the library, print.
+Errors from the library (AutotuneError, raised while reading options or running a command)
+become one line on stderr and the error's exit code (2: bad input)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+
+from autotune._version import __version__
+from autotune.cli._options import CONTEXT_SETTINGS
+from autotune.cli.bench import bench
+from autotune.cli.recipes import export, profile, verify
+from autotune.cli.search import search
+from autotune.cli.studies import compare, dashboard, report, show
+from autotune.errors import AutotuneError
+
+
+class AutotuneGroup(click.Group):
+    """Turns autotune's exceptions into `Error: <one line>` and their exit code, wherever they
+    come from: a command, or an option's type reading its value."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AutotuneError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=AutotuneGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "-V", "--version", prog_name="autotune")
+@click.option("-v", "--verbose", is_flag=True, help="Log what autotune decides (tokenizer, NVML, ...).")
+def main(verbose: bool) -> None:
+    """Find the fastest way to train a GPT-2-class model on this machine, within a memory
+    limit, and hand it back as a recipe."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+for _command in (bench, search, show, export, verify, profile, compare, report, dashboard):
+    main.add_command(_command)

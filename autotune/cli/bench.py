@@ -1,0 +1,51 @@
+"""`autotune bench`: measure one configuration."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, memory_limit_option, run_options
+
+
+def _run_spec(model: str, device: str, data: str, seq_len: int | None, warmup: int, steps: int, min_time: float,
+              seed: int, memory_limit: int | None = None):
+    from autotune.config import RunSpec
+    from autotune.device import resolve_device
+    from autotune.model.load import check_model_name
+
+    check_model_name(model)
+    return RunSpec(model=model, device=resolve_device(device), data=data, seq_len=seq_len, warmup=warmup,
+                   steps=steps, min_time_s=min_time, seed=seed, memory_limit_bytes=memory_limit)
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@run_options
+@click.option("--batching", type=click.Choice(["fixed", "padded", "packed"]), default=None,
+              help="Batching mode (same as --set batching=...).")
+@click.option("--set", "assignments", multiple=True, metavar="KNOB=VALUE",
+              help="Set a knob, e.g. --set amp_dtype=bfloat16 (repeatable).")
+@memory_limit_option
+@json_option
+def bench(model, device, data, seq_len, warmup, steps, min_time, seed, batching, assignments, memory_limit, as_json) -> None:
+    """Measure one configuration: effective tokens/s, memory, MFU and their spread.
+
+    Knobs: num_workers, prefetch_factor, pin_memory, persistent_workers, token_budget,
+    batching, amp_dtype, compile_mode, sdpa_backend, checkpoint_layers.
+    """
+    from autotune.config import TrainConfig, parse_assignments
+    from autotune.measure import outcomes
+    from autotune.measure.loop import measure
+    from autotune.present.summaries import format_measurement
+
+    overrides = parse_assignments(assignments)
+    if batching:
+        overrides["batching"] = batching
+    spec = _run_spec(model, device, data, seq_len, warmup, steps, min_time, seed, memory_limit)
+    result = measure(spec, TrainConfig().with_overrides(overrides))
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        click.echo(format_measurement(result))
+    sys.exit(0 if result.outcome == outcomes.OK else 1)

@@ -1,0 +1,112 @@
+"""`autotune search`: run or resume a study, with progress, and write the best recipe."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from autotune.cli._options import CONTEXT_SETTINGS, DURATION, emit_json, json_option, memory_limit_option, run_options
+
+
+class _ProgressReporter:
+    """A progress bar with the best so far (stderr) and one line per finished trial."""
+
+    def __init__(self, n_trials: int, quiet: bool) -> None:
+        from tqdm import tqdm
+
+        self.quiet = quiet
+        self.bar = tqdm(total=n_trials, unit="trial", file=sys.stderr, dynamic_ncols=True,
+                        disable=quiet or not sys.stderr.isatty())
+
+    def trial_started(self, number: int, cfg) -> None:
+        from autotune.present.text import config_summary
+
+        self.bar.set_description(f"trial {number}")
+        if not self.quiet and not self.bar.disable:
+            self.bar.write(f"  running #{number}: {config_summary(cfg.to_dict())}", file=sys.stderr)
+
+    def confirming(self, number: int) -> None:
+        if not self.quiet:
+            self.bar.write(f"confirming the best, #{number}, with one more run (the recipe reports the mean of both)")
+
+    def trial_finished(self, trial, summary) -> None:
+        from autotune.present.summaries import trial_line
+
+        self.bar.update(1)
+        if summary.best is not None:
+            self.bar.set_postfix_str(f"best {summary.best.value:,.0f} tok/s (#{summary.best.number})")
+        if not self.quiet:
+            self.bar.write(trial_line(trial))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@run_options
+@click.option("--study", default=None, help="Study name (default: <model>-<device slug>, e.g. gpt2-nvidia-h200).")
+@click.option("--storage", default=None, envvar="AUTOTUNE_STORAGE", show_envvar=True,
+              help="Optuna storage URL (default: sqlite:///studies/<study>.db); journal:PATH for one host, many workers; "
+                   "postgresql://... for many hosts (the environment variable keeps a password off the command line).")
+@click.option("--space", default=None, help="Search space YAML (default: search_spaces/gpt2.yaml on CUDA, cpu.yaml on CPU).")
+@memory_limit_option
+@click.option("--memory-fraction", type=float, default=None, help="Limit as a fraction of the device's total memory (default 0.9).")
+@click.option("--n-trials", type=int, default=20, show_default=True, help="Trials to run in this invocation (reference trials included).")
+@click.option("--timeout", type=DURATION, default=None, help="Stop starting new trials after this long, e.g. 10m.")
+@click.option("--trial-timeout", type=DURATION, default=None,
+              help="Kill a trial after this long (default 300s on CPU, 600s on CUDA).")
+@click.option("--recipe", "recipe_path", default=None, help="Where to write the best recipe (default: recipes/<study>.json).")
+@click.option("--warm-start-from", default=None, help="Start a new study with another study's best configurations (REF: .db path or URL#study).")
+@click.option("--devices", default=None, metavar="0,1,...",
+              help="One worker per GPU of this host (indices as nvidia-smi lists them, or UUIDs), all on one study; "
+                   "--n-trials is then the total. Use journal:PATH or PostgreSQL storage.")
+@click.option("--worker", is_flag=True, hidden=True)  # a child of --devices: the parent prints the summary
+@json_option
+def search(model, device, data, seq_len, warmup, steps, min_time, seed, study, storage, space, memory_limit, memory_fraction,
+           n_trials, timeout, trial_timeout, recipe_path, warm_start_from, devices, worker, as_json) -> None:
+    """Run (or resume) an Optuna study over the search space and write the best recipe.
+
+    Each trial runs in a fresh process and is measured in effective tokens/s; a trial
+    whose peak memory breaks the limit is infeasible and can never be the best. Running
+    the same command again adds trials to the same study.
+    """
+    from autotune.present.summaries import search_summary, summary_json
+    from autotune.search.run import SearchInterrupted, SearchSettings, run_search
+
+    if n_trials < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--n-trials")
+    settings = SearchSettings(
+        model=model, device=device, data=data, seq_len=seq_len, study=study, storage=storage, space=space,
+        memory_limit_bytes=memory_limit, memory_fraction=memory_fraction, n_trials=n_trials, timeout_s=timeout,
+        trial_timeout_s=trial_timeout, warmup=warmup, steps=steps, min_time_s=min_time, seed=seed,
+        recipe=recipe_path, warm_start_from=warm_start_from,
+    )
+    reporter = _ProgressReporter(n_trials, quiet=as_json or bool(devices))
+    try:
+        if devices:
+            from autotune.search.fleet import run_workers
+
+            result = run_workers(settings, devices, as_json=as_json)
+        else:
+            result = run_search(settings, reporter)
+    except SearchInterrupted as stop:
+        reporter.close()
+        if not worker:
+            click.echo(search_summary(stop.result), err=True)
+        raise
+    finally:
+        reporter.close()
+    if worker:
+        return  # the --devices parent prints the summary of the whole study
+    for failure in result.worker_failures:
+        click.echo(f"Error: {failure}", err=True)
+    if as_json:
+        emit_json(summary_json(result))
+    else:
+        click.echo(search_summary(result))
+    if result.summary.best is None:
+        click.echo(f"Error: {result.summary.no_best_reason}; no recipe written", err=True)
+        sys.exit(1)
+    if result.worker_failures:
+        sys.exit(1)

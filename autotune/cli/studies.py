@@ -1,0 +1,86 @@
+"""Commands that read stored studies: `show`, `compare`, `report` and `dashboard`. They
+import no torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, study_options
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@study_options
+@json_option
+@click.option("--limit", type=int, default=20, show_default=True, help="Trials to list (best first).")
+def show(study, storage, as_json, limit) -> None:
+    """Show a stored study: its trials (best first), outcome counts and the best."""
+    from autotune.present.summaries import show_json, show_text
+    from autotune.search.storage import load_study
+    from autotune.search.study import summarize
+
+    loaded = load_study(study, storage)
+    summary = summarize(loaded)
+    if as_json:
+        emit_json(show_json(loaded, summary))
+    else:
+        click.echo(show_text(loaded, summary, limit))
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("refs", nargs=-1, required=True, metavar="REF...")
+@json_option
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print a Markdown table.")
+def compare(refs, as_json, as_markdown) -> None:
+    """Compare studies side by side: the same model tuned on two GPUs, say.
+
+    A REF is a storage (PATH.db, PATH.journal, journal:PATH or an Optuna storage URL),
+    with #STUDY when the storage holds more than one study:
+    studies/gpt2-nvidia-a100.db  or  postgresql://tuner@db/autotune#gpt2-h200.
+    Knobs whose best value differs between the studies are marked with *.
+    """
+    from autotune.errors import UsageError
+    from autotune.present.compare import comparison_markdown, comparison_text, load_comparison
+
+    if as_json and as_markdown:
+        raise UsageError("give --json or --markdown, not both")
+    comparison = load_comparison(refs)
+    if as_json:
+        emit_json(comparison.to_dict())
+    elif as_markdown:
+        click.echo(comparison_markdown(comparison))
+    else:
+        click.echo(comparison_text(comparison))
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@study_options
+@click.option("--out", "out_dir", default=None, help="Folder to write (default: reports/<study>).")
+def report(study, storage, out_dir) -> None:
+    """Write a study's figures (PNG), index.html and report.md: readable without Python."""
+    from pathlib import Path
+
+    from autotune.present.report import write_report
+    from autotune.search.storage import default_storage_url, load_study, redact
+
+    loaded = load_study(study, storage)
+    shown = redact(storage or default_storage_url(loaded.study_name))
+    written = write_report(loaded, out_dir or Path("reports") / loaded.study_name, storage=shown)
+    for path in [*written.images.values(), written.markdown]:
+        click.echo(f"wrote {path}")
+    click.echo(f"open {written.html}")
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@study_options
+@click.option("--port", type=int, default=8080, show_default=True, help="Port on 127.0.0.1.")
+def dashboard(study, storage, port) -> None:
+    """Browse a study in optuna-dashboard on 127.0.0.1 (until Ctrl-C)."""
+    from autotune.present.dashboard import dashboard_url, require_dashboard, serve_dashboard
+    from autotune.search.storage import load_study
+
+    require_dashboard()  # before anything is opened
+    loaded = load_study(study, storage)
+    click.echo(f"optuna-dashboard for study {loaded.study_name}: {dashboard_url(loaded, port)}  (Ctrl-C to stop)", err=True)
+    serve_dashboard(loaded, port)

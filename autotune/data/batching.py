@@ -1,0 +1,260 @@
+"""Batches: the samplers that plan them (length-grouped by token budget, or fixed), the
+collate that pads them, and `build_dataloader`, the one place the DataLoader knobs apply.
+
+Batching modes (`TrainConfig.batching`):
+  fixed   token_budget // seq_len random sequences, each padded to seq_len (the untuned baseline)
+  padded  length-grouped batches of at most token_budget tokens, padding included
+  packed  documents concatenated and cut into windows of seq_len + 1 tokens: no padding
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from autotune.config import IGNORE_INDEX, TrainConfig, check_int
+from autotune.data.datasets import TokenDataset
+from autotune.data.packing import PackedDataset
+from autotune.errors import AutotuneError, UsageError
+
+PAD_TOKEN_ID = 0  # input id at pad positions (their labels are IGNORE_INDEX, so it is never learned)
+
+
+def default_bucket(seq_len: int) -> int:
+    """Padded widths are rounded up to a multiple of this, so torch.compile sees a few
+    distinct shapes rather than one per batch."""
+    return 64 if seq_len >= 256 else 16
+
+
+def padded_width(input_len: np.ndarray | int, seq_len: int, bucket: int) -> np.ndarray:
+    """Width a batch is padded to when its longest input has `input_len` tokens: rounded up
+    to the bucket, capped at seq_len (elementwise for arrays)."""
+    return np.minimum(-(-np.maximum(input_len, 1) // bucket) * bucket, seq_len)
+
+
+def check_token_budget(token_budget: int, seq_len: int) -> None:
+    if token_budget < seq_len:
+        raise UsageError(
+            f"token_budget {token_budget} is smaller than the context length {seq_len}: "
+            "one full-length sequence must fit in a step"
+        )
+
+
+class _EpochBatchSampler(Sampler[list[int]]):
+    """Each iter() is the next epoch, with its own seeded order: epochs differ, and the
+    same seed replays the same sequence of epochs."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # Planned eagerly, so the epoch is fixed when iter() is called, not at first next().
+        batches = self.batches(self.epoch)
+        self.epoch += 1
+        return iter(batches)
+
+    def _rng(self, epoch: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, epoch])
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        raise NotImplementedError
+
+
+class TokenBudgetBatchSampler(_EpochBatchSampler):
+    """Length-grouped batches: width * batch size <= token_budget, width being the batch's
+    longest input rounded up to the bucket.
+
+    Each epoch: shuffle, sort widest first (stable, so equal widths stay shuffled), cut
+    greedily, shuffle the batches. Widest first, every batch but the last (the shortest
+    leftovers) holds token_budget // width sequences: its shape is a function of its width,
+    so there are few distinct shapes. The last batch is kept: dropping it would drop the
+    same shortest documents every epoch. Sorting by width rather than exact length pads
+    the same and mixes each width class anew every epoch."""
+
+    def __init__(
+        self,
+        lengths: Sequence[int] | np.ndarray,
+        token_budget: int,
+        seq_len: int,
+        seed: int = 0,
+        *,
+        bucket: int | None = None,
+    ) -> None:
+        super().__init__(seed)
+        check_token_budget(token_budget, seq_len)
+        bucket = bucket or default_bucket(seq_len)
+        self.widths = padded_width(np.asarray(lengths, dtype=np.int64) - 1, seq_len, bucket)
+        self.token_budget = token_budget
+        # Cuts depend only on the sorted widths, the same every epoch: so is the length.
+        self._len = len(_greedy_batches(np.argsort(-self.widths, kind="stable"), self.widths, token_budget))
+
+    def __len__(self) -> int:
+        return self._len
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        rng = self._rng(epoch)
+        order = rng.permutation(len(self.widths))
+        widest_first = order[np.argsort(-self.widths[order], kind="stable")]
+        batches = _greedy_batches(widest_first, self.widths, self.token_budget)
+        return [batches[k] for k in rng.permutation(len(batches))]
+
+
+class FixedBatchSampler(_EpochBatchSampler):
+    """`batch_size` random items per batch (a fresh seeded shuffle each epoch), drop_last."""
+
+    def __init__(self, num_items: int, batch_size: int, seed: int = 0) -> None:
+        super().__init__(seed)
+        self.num_items = num_items
+        self.batch_size = batch_size
+
+    def __len__(self) -> int:
+        return self.num_items // self.batch_size
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        order = self._rng(epoch).permutation(self.num_items)
+        size = self.batch_size
+        return [order[k : k + size].tolist() for k in range(0, len(self) * size, size)]
+
+
+def _greedy_batches(order: np.ndarray, widths: np.ndarray, token_budget: int) -> list[list[int]]:
+    """Cut `order` into consecutive batches, each as large as (widest width) * size <= token_budget allows."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    width = 0
+    for index, item_width in zip(order.tolist(), widths[order].tolist()):
+        grown = max(width, item_width)
+        if current and grown * (len(current) + 1) > token_budget:
+            batches.append(current)
+            current, grown = [], item_width
+        current.append(index)
+        width = grown
+    if current:
+        batches.append(current)
+    return batches
+
+
+def random_batches(
+    lengths: Sequence[int] | np.ndarray, token_budget: int, seq_len: int, seed: int = 0, *, bucket: int | None = None
+) -> list[list[int]]:
+    """The comparison for length grouping: random order, the same budget rule."""
+    check_token_budget(token_budget, seq_len)
+    widths = padded_width(np.asarray(lengths, dtype=np.int64) - 1, seq_len, bucket or default_bucket(seq_len))
+    return _greedy_batches(np.random.default_rng(seed).permutation(len(widths)), widths, token_budget)
+
+
+class PadCollate:
+    """Items -> (input_ids, labels), (B, width) int64, right-padded: inputs with
+    PAD_TOKEN_ID, labels with IGNORE_INDEX. Width: seq_len when `pad_to_full`, else the
+    longest input rounded up to the bucket. Top-level and stateless, so workers can pickle it."""
+
+    def __init__(self, seq_len: int, bucket: int, pad_to_full: bool = False) -> None:
+        self.seq_len = seq_len
+        self.bucket = bucket
+        self.pad_to_full = pad_to_full
+
+    def __call__(self, items: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        longest = max(len(item) for item in items) - 1
+        if longest > self.seq_len:
+            raise AutotuneError(f"an item of {longest + 1} tokens exceeds seq_len + 1 = {self.seq_len + 1}")
+        width = self.seq_len if self.pad_to_full else int(padded_width(longest, self.seq_len, self.bucket))
+        input_ids = torch.full((len(items), width), PAD_TOKEN_ID, dtype=torch.long)
+        labels = torch.full((len(items), width), IGNORE_INDEX, dtype=torch.long)
+        for row, item in enumerate(items):
+            size = len(item) - 1
+            input_ids[row, :size] = item[:-1]
+            labels[row, :size] = item[1:]
+        return input_ids, labels
+
+
+def build_dataloader(
+    dataset: TokenDataset,
+    cfg: TrainConfig,
+    *,
+    seq_len: int,
+    seed: int = 0,
+    collate_fn: Callable[[list[torch.Tensor]], Any] | None = None,
+) -> DataLoader:
+    """The loader of (input_ids, labels) batches for `cfg.batching`, and the one place the
+    DataLoader knobs (num_workers, prefetch_factor, pin_memory, persistent_workers) apply.
+    A user `collate_fn` replaces ours and receives the list of 1-D token tensors."""
+    check_int("seed", seed, minimum=0)
+    check_token_budget(cfg.token_budget, seq_len)
+    bucket = default_bucket(seq_len)
+    sampler: _EpochBatchSampler
+    if cfg.batching == "padded":
+        sampler = TokenBudgetBatchSampler(dataset.lengths, cfg.token_budget, seq_len, seed, bucket=bucket)
+    else:
+        if cfg.batching == "packed":
+            dataset = PackedDataset(dataset, seq_len=seq_len, seed=seed)
+        sampler = FixedBatchSampler(len(dataset), cfg.token_budget // seq_len, seed)
+        if len(sampler) == 0:
+            raise UsageError(
+                f"token_budget {cfg.token_budget}: {cfg.batching} batching needs {sampler.batch_size} "
+                f"sequences of {seq_len} per step, the data gives only {len(dataset)}"
+            )
+    return DataLoader(
+        dataset,  # type: ignore[arg-type]  # map-style by protocol, not by Dataset subclass
+        batch_sampler=sampler,
+        num_workers=cfg.num_workers,
+        prefetch_factor=cfg.prefetch_factor if cfg.num_workers > 0 else None,
+        pin_memory=cfg.pin_memory,
+        persistent_workers=cfg.persistent_workers,
+        collate_fn=collate_fn or PadCollate(seq_len, bucket, pad_to_full=cfg.batching != "padded"),
+        generator=torch.Generator().manual_seed(seed),  # seeds the workers' RNGs reproducibly
+    )
+
+
+# ------------------------------------------------------------------------ padding figures
+
+
+def padding_fraction(batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """Pad positions / all positions over (input_ids, labels) batches (pads: labels == IGNORE_INDEX)."""
+    pad = total = 0
+    for _, labels in batches:
+        pad += int((labels == IGNORE_INDEX).sum())
+        total += labels.numel()
+    return pad / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class BatchShapesReport:
+    """One epoch's padding and shapes, planned from `lengths` alone (no data read; with
+    upper-bound lengths the padding figures are estimates)."""
+
+    grouped_padding: float  # padded mode: length-grouped batches
+    random_padding: float  # the same budget rule on a random order
+    fixed_padding: float  # the untuned baseline: token_budget // seq_len sequences padded to seq_len
+    widths: tuple[int, ...]  # distinct widths of the grouped batches
+    batches: int  # grouped batches per epoch
+
+
+def batch_shapes_report(
+    lengths: Sequence[int] | np.ndarray, token_budget: int, seq_len: int, *, seed: int = 0, bucket: int | None = None
+) -> BatchShapesReport:
+    """The padding figures to state: grouped vs random vs fixed, at one budget."""
+    bucket = bucket or default_bucket(seq_len)
+    inputs = np.asarray(lengths, dtype=np.int64) - 1
+    grouped = TokenBudgetBatchSampler(lengths, token_budget, seq_len, seed, bucket=bucket).batches(0)
+    fixed = FixedBatchSampler(len(inputs), token_budget // seq_len, seed).batches(0)
+
+    def fraction(batches: list[list[int]], pad_to_full: bool) -> float:
+        widths = [seq_len if pad_to_full else int(padded_width(inputs[b].max(), seq_len, bucket)) for b in batches]
+        slots = sum(width * len(b) for width, b in zip(widths, batches))
+        return 1 - sum(int(inputs[b].sum()) for b in batches) / slots if slots else 0.0
+
+    return BatchShapesReport(
+        grouped_padding=fraction(grouped, False),
+        random_padding=fraction(random_batches(lengths, token_budget, seq_len, seed, bucket=bucket), False),
+        fixed_padding=fraction(fixed, True),
+        widths=tuple(sorted({int(padded_width(inputs[b].max(), seq_len, bucket)) for b in grouped})),
+        batches=len(grouped),
+    )

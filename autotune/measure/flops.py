@@ -1,0 +1,28 @@
+"""Model FLOPs utilization: the share of the device's peak that the model's own arithmetic
+would use at the measured throughput (padding and recomputation are not useful work)."""
+
+from __future__ import annotations
+
+from autotune.device.flops import peak_flops
+from autotune.device.info import DeviceInfo
+from autotune.model.introspect import ModelShape
+
+
+def flops_per_token(n_params: int, shape: ModelShape, width: float) -> float | None:
+    """6N + 12·L·H·Q·T FLOPs per token (PaLM appendix B, as in nanoGPT's estimate_mfu): N the
+    non-embedding parameters with the tied head counted, T the sequence length attended over.
+    None when the model does not say its heads."""
+    if shape.n_head is None or shape.head_dim is None:
+        return None
+    return 6 * n_params + 12 * shape.n_layer * shape.n_head * shape.head_dim * width
+
+
+def model_flops_utilization(tokens_per_sec: float, *, n_params: int, shape: ModelShape, width: float,
+                            device: DeviceInfo, amp_dtype: str) -> float | None:
+    """MFU at the mean padded width of the timed batches; only useful (non-pad) tokens count.
+    None where the peak is unknown (CPUs, devices missing from the table)."""
+    peak = peak_flops(device.name, amp_dtype) if device.kind == "cuda" else None
+    per_token = flops_per_token(n_params, shape, width)
+    if peak is None or per_token is None:
+        return None
+    return per_token * tokens_per_sec / peak

@@ -1,0 +1,53 @@
+"""`Measurement`: what one run measured, as one typed value from the trial process to the
+study, the summary and the recipe. This module imports no torch (a study is read without it)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass
+class Measurement:
+    """What one run measured. Field names are the `--json` keys of `bench`."""
+
+    config: dict[str, Any]
+    outcome: str
+    reason: str | None = None
+    tokens_per_sec: float | None = None  # effective: non-pad tokens / wall time
+    padded_tokens_per_sec: float | None = None  # every position computed, pads included
+    padding_fraction: float | None = None
+    step_time_median_s: float | None = None
+    step_time_cv: float | None = None
+    data_wait_fraction: float | None = None  # share of the timed window blocked on the next batch
+    compile_time_s: float | None = None
+    mfu: float | None = None  # null where the device's peak FLOPs are unknown (CPUs)
+    peak_memory_bytes: int | None = None
+    peak_memory_source: str | None = None  # nvml-process | allocator-reserved | rss
+    allocator_peak_bytes: int | None = None  # torch's max_memory_allocated (CUDA)
+    gpu_utilization: float | None = None  # mean NVML utilization over the timed steps, 0..1
+    unstable: bool = False
+    steps: int = 0
+    warmup_steps: int = 0
+    recompiles_during_timing: int = 0
+    final_loss: float | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+    device: dict[str, Any] = field(default_factory=dict)
+    phase_s: dict[str, float] = field(default_factory=dict)  # setup, warmup, timed, total
+
+    @property
+    def measured_rate(self) -> bool:
+        return self.tokens_per_sec is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Measurement":
+        """Read back a stored measurement; keys of other autotune versions are ignored."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    @classmethod
+    def failed(cls, config: Mapping[str, Any], outcome: str, reason: str | None, **context: Any) -> "Measurement":
+        """A run that produced no figures: its outcome and why."""
+        return cls(config=dict(config), outcome=outcome, reason=reason, **context)

@@ -1,0 +1,168 @@
+"""Trial outcomes, decided here and nowhere else.
+
+    ok                  measured, within the memory limit
+    over_memory_limit   measured, but its peak memory is above the limit (infeasible)
+    oom                 ran out of memory (allocator error, MemoryError or the OOM killer)
+    unsupported         this device cannot run the configuration (never retried)
+    timeout             killed, with its whole process group, at the trial timeout
+    crashed             died (signal, fatal error) or raised something unexpected
+    interrupted         stopped by the user (Ctrl-C)
+
+Every place that learns how a run ended (the measuring loop, the trial process and its
+parent, the study, `verify`) asks a function of this module, and records what it returns.
+This module imports no torch: it is read by the study side too.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+import sys
+import traceback
+
+from autotune.errors import UnsupportedConfig
+from autotune.units import format_bytes
+
+OK = "ok"
+OVER_MEMORY_LIMIT = "over_memory_limit"
+OOM = "oom"
+UNSUPPORTED = "unsupported"
+TIMEOUT = "timeout"
+CRASHED = "crashed"
+INTERRUPTED = "interrupted"
+
+# Outcomes that measured a throughput the sampler can learn from.
+MEASURED = (OK, OVER_MEMORY_LIMIT)
+# Outcomes that say "this region does not fit": recorded as infeasible, not as failures.
+INFEASIBLE = (OVER_MEMORY_LIMIT, OOM)
+
+# On CPU, a trial whose resident memory passes this multiple of the limit is stopped early:
+# it is already infeasible, and letting it grow could take the machine down with it.
+RSS_KILL_FACTOR = 1.5
+
+
+class Recording(enum.Enum):
+    """How a study records a trial that ended with some outcome."""
+
+    MEASURED = "measured"  # its tokens/s is the value, its peak memory the constraint
+    INFEASIBLE = "infeasible"  # value 0, constraint violated: the sampler learns "does not fit"
+    PRUNED = "pruned"  # cannot run here: no value, never retried
+    FAILED = "failed"  # timeout, crash, interruption: Optuna's FAIL, with the reason
+
+
+def recording(outcome: str, *, has_rate: bool) -> Recording:
+    if outcome in MEASURED and has_rate:
+        return Recording.MEASURED
+    if outcome in INFEASIBLE:
+        # oom, or over_memory_limit without a rate (the CPU RSS watchdog stopped it early)
+        return Recording.INFEASIBLE
+    if outcome == UNSUPPORTED:
+        return Recording.PRUNED
+    return Recording.FAILED
+
+
+# --- inside the measurement ------------------------------------------------------------------
+
+
+def decide_measured(peak_memory_bytes: int | None, memory_limit_bytes: int | None) -> tuple[str, str | None]:
+    """A run that finished is ok unless its peak memory breaks the limit."""
+    if memory_limit_bytes is not None and peak_memory_bytes is not None and peak_memory_bytes > memory_limit_bytes:
+        return OVER_MEMORY_LIMIT, (
+            f"peak memory {format_bytes(peak_memory_bytes)} is above the limit {format_bytes(memory_limit_bytes)}"
+        )
+    return OK, None
+
+
+def classify_exception(exc: BaseException) -> tuple[str, str]:
+    """(outcome, one-line reason) for an exception raised by a measurement."""
+    if isinstance(exc, UnsupportedConfig):
+        return UNSUPPORTED, str(exc)
+    if is_sdpa_unsupported_error(exc):
+        return UNSUPPORTED, "sdpa_backend: the forced attention backend cannot run these inputs (" + _first_line(exc) + ")"
+    if _is_oom(exc):
+        return OOM, "out of memory: " + _first_line(exc)
+    return CRASHED, f"{type(exc).__name__}: {_first_line(exc)}\n{_tail(traceback.format_exception(exc))}"
+
+
+def is_sdpa_unsupported_error(exc: BaseException) -> bool:
+    """The errors torch raises when a forced SDPA backend cannot run these inputs."""
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "No viable backend for scaled_dot_product_attention" in text or "No available kernel" in text
+    )
+
+
+def _is_oom(exc: BaseException) -> bool:
+    torch = sys.modules.get("torch")  # an exception from torch means torch is loaded
+    oom_types = (MemoryError, torch.OutOfMemoryError) if torch is not None else (MemoryError,)
+    return isinstance(exc, oom_types) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+
+
+def bad_input_in_trial(exc: BaseException) -> tuple[str, str]:
+    """A usage error that reached a trial process (the tuner validates first, so this is a
+    model or data that fails only when built): recorded as a crash, with its message."""
+    return CRASHED, str(exc)
+
+
+# --- around the trial process ------------------------------------------------------------------
+
+
+def timed_out(timeout_s: float) -> tuple[str, str]:
+    return TIMEOUT, f"no result after {timeout_s:.0f} s; the process group was killed"
+
+
+def stopped_over_memory(peak_bytes: int, limit_bytes: int) -> tuple[str, str] | None:
+    """The CPU watchdog's verdict on a running trial's resident memory, or None to go on."""
+    if peak_bytes <= RSS_KILL_FACTOR * limit_bytes:
+        return None
+    return OVER_MEMORY_LIMIT, (f"resident memory {format_bytes(peak_bytes)} passed {RSS_KILL_FACTOR}x the limit "
+                               f"{format_bytes(limit_bytes)}; stopped early")
+
+
+def classify_exit(returncode: int, stderr_tail: str) -> tuple[str, str]:
+    """(outcome, reason) for a trial process that exited without writing a result."""
+    if returncode < 0:
+        sig = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        if -returncode == signal.SIGKILL:
+            # Nobody else sends SIGKILL to a trial: the kernel's OOM killer is the usual sender.
+            return OOM, f"killed by SIGKILL (most likely the kernel's out-of-memory killer)\n{stderr_tail}".rstrip()
+        return CRASHED, f"killed by {sig}\n{stderr_tail}".rstrip()
+    return CRASHED, f"exited with status {returncode}\n{stderr_tail}".rstrip()
+
+
+def interrupted_by_user() -> tuple[str, str]:
+    return INTERRUPTED, "stopped by the user (Ctrl-C); the trial's processes were killed"
+
+
+def orphaned() -> tuple[str, str]:
+    return INTERRUPTED, "its tuner process was killed; failed at resume"
+
+
+# --- judging a re-measurement (verify) ------------------------------------------------------------
+
+
+def reproduction_failures(*, outcome: str, reason: str | None, tokens_per_sec: float | None,
+                          recorded_tokens_per_sec: float, tolerance: float, peak_memory_bytes: int | None,
+                          memory_limit_bytes: int | None) -> list[str]:
+    """Why a re-measured recipe does not reproduce its record; empty when it does."""
+    failures = []
+    if outcome not in MEASURED:
+        failures.append(f"the run ended {outcome}" + (f": {reason.splitlines()[0]}" if reason else ""))
+    if tokens_per_sec is not None and tokens_per_sec < (1 - tolerance) * recorded_tokens_per_sec:
+        failures.append(f"tokens/s is {tokens_per_sec / recorded_tokens_per_sec:.2f}x the recorded, below the "
+                        f"{1 - tolerance:.2f}x allowed")
+    if memory_limit_bytes is not None and peak_memory_bytes is not None and peak_memory_bytes > memory_limit_bytes:
+        failures.append(f"peak memory {format_bytes(peak_memory_bytes)} is above the limit "
+                        f"{format_bytes(memory_limit_bytes)}")
+    if tokens_per_sec is None and not failures:
+        failures.append("the run measured no tokens/s")
+    return failures
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _tail(lines: list[str], n: int = 12) -> str:
+    return "\n".join("".join(lines).rstrip().splitlines()[-n:])

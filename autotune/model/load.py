@@ -1,0 +1,59 @@
+"""Models by name: the GPT-2 family, or a user's `package.module:factory`."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import torch.nn as nn
+
+from autotune.errors import UsageError
+from autotune.model.gpt import GPT, MODEL_SIZES
+
+
+def build_model(name: str) -> nn.Module:
+    """`gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`, `gpt2-tiny`, or `package.module:factory`."""
+    if name in MODEL_SIZES:
+        return GPT(MODEL_SIZES[name])
+    if ":" in name:
+        return _build_user_model(name)
+    raise _unknown(name)
+
+
+def check_model_name(name: str) -> None:
+    """Validate a model name without building it (cheap: for the CLI and the tuner)."""
+    if name in MODEL_SIZES:
+        return
+    if ":" in name:
+        _load_factory(name)
+        return
+    raise _unknown(name)
+
+
+def _unknown(name: str) -> UsageError:
+    return UsageError(f"unknown model {name!r}: expected one of {', '.join(MODEL_SIZES)} or package.module:factory")
+
+
+def _load_factory(name: str):
+    module_name, _, attr = name.partition(":")
+    # Like `python -m`, let a factory in the working directory be found.
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"model {name!r}: cannot import module {module_name!r} ({exc})") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UsageError(f"model {name!r}: {module_name} has no callable {attr!r}")
+    return factory
+
+
+def _build_user_model(name: str) -> nn.Module:
+    factory = _load_factory(name)
+    model = factory()
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"model {name!r}: the factory returned {type(model).__name__}, expected a torch.nn.Module")
+    return model

@@ -1,0 +1,197 @@
+"""Text and JSON for people and scripts: a measurement, a trial, a search's summary, a
+stored study (`show`), a verification and a profile. Torch-free: `show` reads a study
+without importing torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.measure import outcomes
+from autotune.measure.measurement import Measurement
+from autotune.present.text import config_summary, counts_text, format_bytes, format_pct, format_rate, format_ratio, table
+from autotune.search.storage import redact
+from autotune.search.study import trial_measurement
+
+
+def format_measurement(m: Measurement) -> str:
+    device = m.device.get("name", "?")
+    lines = [f"{m.model.get('name', '')} on {device}: {m.outcome}" + (f" ({m.reason.splitlines()[0]})" if m.reason else "")]
+    lines.append(f"  config              {config_summary(m.config)}")
+    if m.tokens_per_sec is None:
+        if m.reason and "\n" in m.reason:
+            lines.append("  " + m.reason.replace("\n", "\n  "))
+        return "\n".join(lines)
+    rows = [
+        ("effective tokens/s", f"{format_rate(m.tokens_per_sec)}  (non-pad tokens / wall time, data waits included)"),
+        ("padded tokens/s", f"{format_rate(m.padded_tokens_per_sec)}  (padding {format_pct(m.padding_fraction)})"),
+        ("step time", f"{1000 * m.step_time_median_s:.1f} ms median, CV {format_pct(m.step_time_cv)} over {m.steps} steps"
+                      + ("  UNSTABLE" if m.unstable else "")),
+        ("data wait", format_pct(m.data_wait_fraction)),
+        ("compile time", f"{m.compile_time_s:.1f} s (warm-up time beyond a timed step; {m.warmup_steps} warm-up steps)"),
+        ("MFU", format_pct(m.mfu) if m.mfu is not None else "n/a (peak FLOPs unknown for this device)"),
+        ("peak memory", f"{format_bytes(m.peak_memory_bytes)} ({m.peak_memory_source})"
+                        + (f", allocator peak {format_bytes(m.allocator_peak_bytes)}" if m.allocator_peak_bytes else "")),
+        ("GPU utilization", format_pct(m.gpu_utilization) if m.gpu_utilization is not None else "n/a"),
+    ]
+    if m.recompiles_during_timing:
+        rows.append(("recompiles", f"{m.recompiles_during_timing} during the timed steps (their time is included)"))
+    lines += [f"  {name:<20}{value}" for name, value in rows]
+    return "\n".join(lines)
+
+
+# --- studies -------------------------------------------------------------------------------
+
+
+def _trial_cfg(trial) -> dict[str, Any] | None:
+    return trial.user_attrs.get("config")
+
+
+def trial_line(trial) -> str:
+    """One line per finished trial: number, outcome, tokens/s, peak memory, the knobs."""
+    attrs = trial.user_attrs
+    outcome = attrs.get("outcome", trial.state.name.lower())
+    tag = f" [{attrs['reference']}]" if attrs.get("reference") else ""
+    dup = f" (same as #{attrs['duplicate_of']})" if "duplicate_of" in attrs else ""
+    cfg = _trial_cfg(trial)
+    knobs = config_summary(cfg) if cfg else ""
+    reason = ""
+    if outcome != outcomes.OK and attrs.get("reason"):
+        reason = f"  -- {attrs['reason'].splitlines()[0][:120]}"
+    return (f"#{trial.number:<3} {outcome:<17} {format_rate(attrs.get('tokens_per_sec')):>12} tok/s  "
+            f"peak {format_bytes(attrs.get('peak_memory_bytes')):>10}  {knobs}{tag}{dup}{reason}")
+
+
+def best_table(summary) -> str:
+    best = summary.best
+    m = trial_measurement(best) or Measurement.failed({}, outcomes.OK, None)
+    rows = [(k, v if not isinstance(v, list) else ",".join(map(str, v)) or "-") for k, v in _trial_cfg(best).items()]
+    rows += [
+        ("effective tokens/s", format_rate(m.tokens_per_sec)),
+        ("padding", format_pct(m.padding_fraction)),
+        ("step time CV", format_pct(m.step_time_cv)),
+        ("MFU", format_pct(m.mfu)),
+        ("peak memory", f"{format_bytes(m.peak_memory_bytes)} ({m.peak_memory_source})"),
+        ("speedup vs baseline", format_ratio(summary.speedup(summary.baseline))),
+        ("speedup vs checklist", format_ratio(summary.speedup(summary.checklist))),
+    ]
+    return table(("best: trial #" + str(best.number), ""), rows)
+
+
+def search_summary(result) -> str:
+    summary = result.summary
+    lines = [f"study {summary.name}: {len(summary.trials)} trials ({counts_text(summary.counts)}); "
+             f"memory limit {format_bytes(result.context.memory_limit_bytes)}"]
+    for name, ref in (("baseline", summary.baseline), ("checklist", summary.checklist)):
+        if ref is not None:
+            lines.append(f"{name:<10} #{ref.number}: {format_rate(ref.user_attrs.get('tokens_per_sec'))} tok/s "
+                         f"({ref.user_attrs.get('outcome')})")
+    if summary.best is None:
+        lines.append(summary.no_best_reason)
+        return "\n".join(lines)
+    lines += ["", best_table(summary)]
+    if result.recipe_path:
+        lines.append(f"\nrecipe: {result.recipe_path}")
+    return "\n".join(lines)
+
+
+def _trial_json(trial) -> dict[str, Any]:
+    a = trial.user_attrs
+    return {"number": trial.number, "state": trial.state.name, "outcome": a.get("outcome"), "reason": a.get("reason"),
+            "reference": a.get("reference"), "config": a.get("config"), "tokens_per_sec": a.get("tokens_per_sec"),
+            "peak_memory_bytes": a.get("peak_memory_bytes"), "constraints": trial.constraints or None,
+            "duplicate_of": a.get("duplicate_of")}
+
+
+def summary_json(result) -> dict[str, Any]:
+    s = result.summary
+    return {
+        "study": s.name,
+        "storage": redact(result.storage_url),
+        "memory_limit_bytes": result.context.memory_limit_bytes,
+        "device": result.context.device.to_dict(),
+        "counts": s.counts,
+        "best": _trial_json(s.best) | {"measurement": s.best.user_attrs.get("measurement")} if s.best else None,
+        "baseline": _trial_json(s.baseline) if s.baseline else None,
+        "checklist": _trial_json(s.checklist) if s.checklist else None,
+        "speedup_vs_baseline": s.speedup(s.baseline),
+        "speedup_vs_checklist": s.speedup(s.checklist),
+        "recipe": str(result.recipe_path) if result.recipe_path else None,
+        "n_trials": len(s.trials),
+    }
+
+
+def _ranked(summary) -> list:
+    def key(t):
+        feasible = all(v <= 0 for v in (t.constraints or {}).values())
+        return (t.user_attrs.get("outcome") == outcomes.OK and feasible, t.user_attrs.get("tokens_per_sec") or 0.0)
+
+    return sorted(summary.trials, key=key, reverse=True)
+
+
+def show_text(study, summary, limit: int) -> str:
+    hw = study.user_attrs.get("hardware", {})
+    lines = [f"study {study.study_name}: model {study.user_attrs.get('model')} on {hw.get('name', '?')}, "
+             f"memory limit {format_bytes(study.user_attrs.get('memory_limit_bytes'))}",
+             f"trials: {len(summary.trials)} ({counts_text(summary.counts)})", ""]
+    for trial in _ranked(summary)[:limit]:
+        lines.append(trial_line(trial))
+    if summary.best is not None:
+        lines += ["", best_table(summary)]
+    else:
+        lines.append("\n" + summary.no_best_reason)
+    return "\n".join(lines)
+
+
+def show_json(study, summary) -> dict[str, Any]:
+    s = summary
+    return {
+        "study": study.study_name,
+        "model": study.user_attrs.get("model"),
+        "hardware": study.user_attrs.get("hardware"),
+        "memory_limit_bytes": study.user_attrs.get("memory_limit_bytes"),
+        "counts": s.counts,
+        "best": _trial_json(s.best) if s.best else None,
+        "speedup_vs_baseline": s.speedup(s.baseline),
+        "speedup_vs_checklist": s.speedup(s.checklist),
+        "trials": [_trial_json(t) for t in _ranked(s)],
+    }
+
+
+# --- verify and profile -------------------------------------------------------------------------
+
+
+def format_verify(result: dict[str, Any], path: str) -> str:
+    rec, mea = result["recorded"], result["measured"]
+    ratio = format_ratio
+    rows = [
+        ("tokens/s", format_rate(rec.get("tokens_per_sec")), format_rate(mea.get("tokens_per_sec")),
+         ratio(result["ratio_tokens_per_sec"])),
+        ("peak memory", format_bytes(rec.get("peak_memory_bytes")), format_bytes(mea.get("peak_memory_bytes")),
+         ratio(result["ratio_peak_memory"])),
+    ]
+    if rec.get("memory_limit_bytes") is not None:
+        rows.append(("memory limit", format_bytes(rec["memory_limit_bytes"]), "", ""))
+    verdict = "PASS" if result["passed"] else "FAIL"
+    tol = f"{100 * result['tolerance']:g}%"
+    lines = [f"verify {path}: outcome {result['outcome']}", table(("", "recorded", "measured", "ratio"), rows), ""]
+    lines.append(f"{verdict}" + (f" ({result['reason']})" if result["reason"] else f" (within {tol} of the recorded tokens/s)"))
+    return "\n".join(lines)
+
+
+def format_profile(report) -> str:
+    from autotune.measure.profile import CATEGORIES, CATEGORY_LABELS
+
+    per_step = 1000 / report.steps
+    head = (f"{report.model} on {report.device_name}: {report.steps} steps profiled, "
+            f"{1000 * report.step_time_s:.1f} ms a step ({report.time_basis})")
+    rows = [(CATEGORY_LABELS[c], f"{per_step * report.seconds[c]:.2f}", format_pct(report.shares[c]))
+            for c in CATEGORIES]
+    ops = [(op.name, CATEGORY_LABELS[op.category], f"{per_step * op.self_time_s:.2f}", op.calls // report.steps,
+            format_pct(op.share)) for op in report.top_ops]
+    return "\n".join([
+        head, "",
+        table(("where", "ms/step", "share"), rows), "",
+        f"top operators by {report.time_basis}:",
+        table(("operator", "category", "ms/step", "calls/step", "share"), ops), "",
+        f"trace: {report.trace_path}  (open in https://ui.perfetto.dev or chrome://tracing)",
+    ])

@@ -1,0 +1,95 @@
+"""Every figure as people read it, formatted once: rates, percentages, ratios, sizes, knob
+values, outcome counts and tables (plain and Markdown). Torch-free, like all of `present`."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from autotune.units import format_bytes
+
+__all__ = ["config_summary", "counts_text", "device_memory_text", "format_bytes", "format_pct", "format_rate",
+           "format_ratio", "markdown_table", "memory_text", "table", "value_text"]
+
+
+def format_rate(value: float | None) -> str:
+    """Tokens/s: 12,345 (no decimals: the spread is larger than a token)."""
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def format_pct(value: float | None, digits: int = 1) -> str:
+    """A fraction as a percentage: 0.123 -> 12.3%."""
+    return "n/a" if value is None else f"{100 * value:.{digits}f}%"
+
+
+def format_ratio(value: float | None) -> str:
+    """A speedup or a measured/recorded ratio: 2.5 -> 2.50x."""
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def value_text(value: Any) -> str:
+    """A knob value in a table: lists as 0,1,2 (empty: -), None as -, booleans lower case."""
+    if isinstance(value, list | tuple):
+        return ",".join(map(str, value)) or "-"
+    if value is None:
+        return "-"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def counts_text(counts: Mapping[str, int]) -> str:
+    """Outcome counts, most first, ties by name: "12 ok, 3 oom, 3 timeout"."""
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def memory_text(peak: int | None, limit: int | None) -> str:
+    """"1.50 GiB of 2.00 GiB (75%)", or the peak alone without a limit."""
+    if peak is None:
+        return "n/a"
+    if not limit:
+        return format_bytes(peak)
+    return f"{format_bytes(peak)} of {format_bytes(limit)} ({100 * peak / limit:.0f}%)"
+
+
+def device_memory_text(hw: Mapping[str, Any]) -> str:
+    if hw.get("total_memory_bytes"):
+        return format_bytes(hw["total_memory_bytes"])
+    return f"host RAM ({hw['cpu_count']} CPUs)" if hw.get("kind") == "cpu" and hw.get("cpu_count") else "n/a"
+
+
+def config_summary(config: Mapping[str, Any]) -> str:
+    """The knobs that matter, in one short line."""
+    parts = [
+        f"amp={config['amp_dtype']}",
+        f"compile={config['compile_mode']}",
+        f"sdpa={config['sdpa_backend']}",
+        f"budget={config['token_budget']}",
+        f"batching={config['batching']}",
+        f"workers={config['num_workers']}",
+    ]
+    if config.get("prefetch_factor"):
+        parts.append(f"prefetch={config['prefetch_factor']}")
+    if config.get("pin_memory"):
+        parts.append("pin")
+    layers = config.get("checkpoint_layers") or []
+    parts.append(f"ckpt={','.join(map(str, layers)) if layers else '-'}")
+    return " ".join(parts)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain aligned text table."""
+    cells = [[str(h) for h in headers]] + [[("" if c is None else str(c)) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    out = []
+    for n, row in enumerate(cells):
+        out.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(value: Any) -> str:
+        return str("" if value is None else value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)

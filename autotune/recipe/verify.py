@@ -1,0 +1,69 @@
+"""`autotune verify`: re-measure a recipe here, in a fresh process with the same measuring
+core as `search`, and judge it against what it recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autotune.config import RunSpec
+from autotune.device import describe
+from autotune.errors import UsageError
+from autotune.measure import outcomes
+from autotune.recipe.recipe import Recipe, recipe_measured
+from autotune.trial.runner import run_trial
+
+DEFAULT_VERIFY_TIMEOUT_S = 1800.0
+
+
+# A GPU step is long and steady: a recipe should reproduce within a few percent. On a CPU,
+# fresh processes of the same configuration spread by 6-12% (coefficient of variation, 2-core
+# VM, benchmarks/fidelity.py), so 5% would fail a faithful recipe about half the time.
+GPU_TOLERANCE, CPU_TOLERANCE = 0.05, 0.15
+
+
+def default_tolerance(device: str) -> float:
+    return CPU_TOLERANCE if device.split(":", 1)[0] == "cpu" else GPU_TOLERANCE
+
+
+def verify_recipe(recipe: Recipe, *, device: str, tolerance: float, steps: int, warmup: int, data: str | None = None,
+                  timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S) -> dict[str, Any]:
+    """Measure the recipe's config with `trial.runner.run_trial`, in a fresh process with the
+    measuring core of `search`, and judge it against the record (`outcomes`)."""
+    from autotune.model.load import check_model_name
+
+    recorded = dict(recipe.measured)
+    recorded_tps = recorded.get("tokens_per_sec")
+    if not isinstance(recorded_tps, (int, float)) or recorded_tps <= 0:
+        raise UsageError("the recipe records no tokens_per_sec (measured.tokens_per_sec): nothing to verify against")
+    name = recipe.model.get("name")
+    if not name:
+        raise UsageError("the recipe names no model (model.name)")
+    check_model_name(str(name))
+    data = data or recipe.data or "synthetic"
+    if data != "synthetic" and not Path(data).is_file():
+        raise UsageError(f"the recipe was measured on {data}, which is not here; give --data PATH (or synthetic)")
+    limit = recorded.get("memory_limit_bytes")
+    seq_len = recipe.model.get("seq_len")
+    spec = RunSpec(model=str(name), device=device, data=data, seq_len=seq_len if isinstance(seq_len, int) else None,
+                   warmup=warmup, steps=steps, memory_limit_bytes=limit if isinstance(limit, int) else None)
+    trial = run_trial(spec, recipe.config, timeout_s=timeout_s, device=describe(device))
+    m = trial.measurement
+    measured = recipe_measured(m, spec.memory_limit_bytes) if m else {}
+    tps, peak = measured.get("tokens_per_sec"), measured.get("peak_memory_bytes")
+    recorded_peak = recorded.get("peak_memory_bytes")
+    ratio_tps = tps / recorded_tps if tps is not None else None
+    ratio_peak = peak / recorded_peak if peak is not None and recorded_peak else None
+    reasons = outcomes.reproduction_failures(
+        outcome=trial.outcome, reason=trial.reason, tokens_per_sec=tps, recorded_tokens_per_sec=recorded_tps,
+        tolerance=tolerance, peak_memory_bytes=peak, memory_limit_bytes=spec.memory_limit_bytes)
+    return {
+        "recorded": recorded,
+        "measured": measured,
+        "ratio_tokens_per_sec": ratio_tps,
+        "ratio_peak_memory": ratio_peak,
+        "tolerance": tolerance,
+        "passed": not reasons,
+        "outcome": trial.outcome,
+        "reason": "; ".join(reasons) or None,
+    }

@@ -1,0 +1,59 @@
+"""From a study's best trial to a recipe: its measurement (with the confirmation run's
+figure, when there is one) and where it came from. Reads a study only: no torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.config import TrainConfig
+from autotune.device.info import software_versions
+from autotune.errors import UsageError
+from autotune.measure import outcomes
+from autotune.recipe.recipe import Recipe, now_iso, recipe_measured
+from autotune.search.storage import redact
+from autotune.search.study import StudySummary, summarize, trial_measurement
+
+
+def confirmation_key(trial_number: int) -> str:
+    """The study attr holding the confirmation run of this trial."""
+    return f"confirmation:{trial_number}"
+
+
+def recipe_from_trial(summary: StudySummary, study_attrs: dict, study_name: str, storage_url: str,
+                      trial: FrozenTrial | None = None) -> Recipe:
+    trial = trial or summary.best
+    m = trial_measurement(trial)
+    measured = recipe_measured(m, study_attrs.get("memory_limit_bytes"))
+    confirmation = study_attrs.get(confirmation_key(trial.number)) or {}
+    if confirmation.get("outcome") == outcomes.OK and confirmation.get("tokens_per_sec") and m and m.tokens_per_sec:
+        runs = [m.tokens_per_sec, confirmation["tokens_per_sec"]]
+        measured["tokens_per_sec"] = sum(runs) / len(runs)
+        measured["tokens_per_sec_runs"] = runs  # the trial, then its confirmation run
+    return Recipe(
+        config=TrainConfig.from_dict(trial.user_attrs["config"]),
+        model={**(m.model if m else {}), "name": study_attrs.get("model")},
+        data=study_attrs.get("data", "synthetic"),
+        measured=measured,
+        reference_speedups={"baseline": summary.speedup(summary.baseline), "checklist": summary.speedup(summary.checklist)},
+        hardware=study_attrs.get("hardware", {}),
+        software=(study_attrs.get("autotune") or {}).get("software") or software_versions(),
+        study={"name": study_name, "storage": redact(storage_url), "trial": trial.number},
+        created=now_iso(),
+    )
+
+
+def write_recipe(study: optuna.Study, summary: StudySummary, name: str, url: str, path: str | None) -> Path:
+    recipe = recipe_from_trial(summary, study.user_attrs, name, url)
+    return recipe.save(path or Path("recipes") / f"{name}.json")
+
+
+def best_recipe(study: optuna.Study, storage_url: str) -> Recipe:
+    """The recipe of a stored study's best trial (`export --study`); UsageError when no trial
+    fits its memory limit."""
+    summary = summarize(study)
+    if summary.best is None:
+        raise UsageError(f"study {study.study_name!r} has no trial within its memory limit: nothing to export")
+    return recipe_from_trial(summary, study.user_attrs, study.study_name, storage_url)

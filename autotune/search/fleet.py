@@ -1,0 +1,262 @@
+"""`autotune search --devices 0,1,2,3`: one worker per GPU of this host, all feeding one study.
+
+Each worker is a child `autotune search` pinned to its GPU by UUID (CUDA_VISIBLE_DEVICES=<uuid>
+and --device cuda:0): the worker, and the trials it starts, see that GPU and no other,
+whatever CUDA's device order. The parent
+
+  - validates everything and creates the study (reference trials enqueued once) before any
+    worker starts, so bad input fails once, here, with nothing started;
+  - splits --n-trials evenly (it is the total across workers);
+  - prints each worker's lines prefixed with its GPU;
+  - forwards Ctrl-C: every worker stops its running trial, records it as interrupted and
+    exits 130 (a second Ctrl-C kills them; their trials are then failed at the next run);
+  - prints the summary of the whole study and writes its best recipe.
+
+The storage URL reaches the workers through the environment (AUTOTUNE_STORAGE), never their
+command line, where `ps` would show a password to every user of the host. Workers die with
+the parent (PR_SET_PDEATHSIG delivers SIGINT: they record their trial and stop)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import IO, Sequence
+
+from autotune.errors import UsageError
+from autotune.trial._proc import death_signal_setter
+
+log = logging.getLogger(__name__)
+
+STORAGE_ENV = "AUTOTUNE_STORAGE"
+
+
+@dataclass(frozen=True)
+class WorkerDevice:
+    index: int  # among this host's visible GPUs (nvidia-smi's order unless CUDA_VISIBLE_DEVICES says otherwise)
+    pin: str  # the worker's CUDA_VISIBLE_DEVICES: the GPU's UUID, or the index when NVML is missing
+
+    @property
+    def tag(self) -> str:
+        return f"gpu{self.index}"
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    device: WorkerDevice
+    n_trials: int
+    command: list[str]
+    env: dict[str, str]  # set on top of the parent's environment
+
+
+# --- planning (pure) --------------------------------------------------------------------------
+
+
+def parse_devices(text: str) -> list[str]:
+    """"0,1,2,3" or "GPU-8c1a...,GPU-77f0..." -> the entries, checked for form and repeats."""
+    entries = [e.strip() for e in str(text).split(",")]
+    if not entries or any(not e for e in entries):
+        raise UsageError(f"--devices: expected GPU indices or UUIDs separated by commas, e.g. 0,1,2,3; got {text!r}")
+    for entry in entries:
+        if not (entry.isdigit() or entry.startswith(("GPU-", "MIG-"))):
+            raise UsageError(f"--devices: {entry!r} is neither a GPU index (0, 1, ...) nor a UUID (GPU-...)")
+    repeated = sorted({e for e in entries if entries.count(e) > 1})
+    if repeated:
+        raise UsageError(f"--devices: {', '.join(repeated)} given more than once (one worker per GPU)")
+    return entries
+
+
+def resolve_devices(entries: Sequence[str], uuids: Sequence[str] | None) -> list[WorkerDevice]:
+    """Pin each entry to a GPU. `uuids`: the visible GPUs' UUIDs from NVML, in index order;
+    None without NVML, when only indices can be used (pinned as given, in PCI bus order)."""
+    devices: list[WorkerDevice] = []
+    for entry in entries:
+        if uuids is None:
+            if not entry.isdigit():
+                raise UsageError(f"--devices: {entry} is a UUID, and without NVML UUIDs cannot be matched to GPUs: "
+                                 f"give indices")
+            devices.append(WorkerDevice(int(entry), entry))
+        elif entry.isdigit():
+            index = int(entry)
+            if index >= len(uuids):
+                have = f"{len(uuids)} ({', '.join(map(str, range(len(uuids))))})" if uuids else "none"
+                raise UsageError(f"--devices: GPU {index} does not exist; the GPUs here are {have}")
+            devices.append(WorkerDevice(index, uuids[index]))
+        else:
+            matches = [i for i, u in enumerate(uuids) if u.startswith(entry)]
+            if len(matches) != 1:
+                raise UsageError(f"--devices: {entry} matches {len(matches)} of this host's GPUs; expected exactly one")
+            devices.append(WorkerDevice(matches[0], uuids[matches[0]]))
+    pins = [d.pin for d in devices]
+    if len(set(pins)) != len(pins):
+        raise UsageError("--devices: the same GPU is given twice (once by index, once by UUID)")
+    return devices
+
+
+def split_trials(total: int, workers: int) -> list[int]:
+    """--n-trials is the total: 10 over 4 workers -> [3, 3, 2, 2]."""
+    return [total // workers + (1 if i < total % workers else 0) for i in range(workers)]
+
+
+def worker_command(settings, *, study: str, memory_limit_bytes: int, trial_timeout_s: float, n_trials: int,
+                   verbose: bool = False, as_json: bool = False) -> list[str]:
+    """The child `autotune search` of one worker. Everything that makes trials comparable is
+    resolved by the parent and passed explicitly (study name, memory limit in bytes, trial
+    timeout), so no worker can differ from the others by computing a default on its own.
+    The storage URL is not here: it goes in the environment (see worker_env)."""
+    cmd = [sys.executable, "-m", "autotune"] + (["-v"] if verbose else []) + ["search", "--worker"]
+    cmd += ["--model", settings.model, "--device", "cuda:0", "--data", settings.data, "--study", study,
+            "--memory-limit", str(memory_limit_bytes), "--trial-timeout", f"{trial_timeout_s:g}s",
+            "--n-trials", str(n_trials), "--warmup", str(settings.warmup), "--steps", str(settings.steps),
+            "--min-time", str(settings.min_time_s),
+            "--seed", str(settings.seed)]
+    if settings.space:
+        cmd += ["--space", str(settings.space)]
+    if settings.seq_len is not None:
+        cmd += ["--seq-len", str(settings.seq_len)]
+    if settings.timeout_s is not None:
+        cmd += ["--timeout", f"{settings.timeout_s:g}s"]
+    if settings.recipe:
+        cmd += ["--recipe", str(settings.recipe)]
+    if as_json:
+        cmd.append("--json")  # quiet workers: the parent's stdout is one JSON document
+    return cmd
+
+
+def worker_env(device: WorkerDevice, storage_url: str) -> dict[str, str]:
+    return {
+        "CUDA_VISIBLE_DEVICES": device.pin,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # only matters when pinned by index: nvidia-smi's order
+        STORAGE_ENV: storage_url,
+        "PYTHONUNBUFFERED": "1",  # lines reach the parent as they are written
+    }
+
+
+def plan_workers(settings, devices: Sequence[WorkerDevice], *, study: str, storage_url: str, memory_limit_bytes: int,
+                 trial_timeout_s: float, verbose: bool = False, as_json: bool = False) -> list[WorkerPlan]:
+    """One plan per device that gets at least one trial."""
+    plans = []
+    for device, n in zip(devices, split_trials(settings.n_trials, len(devices))):
+        if n == 0:
+            continue
+        cmd = worker_command(settings, study=study, memory_limit_bytes=memory_limit_bytes,
+                             trial_timeout_s=trial_timeout_s, n_trials=n, verbose=verbose, as_json=as_json)
+        plans.append(WorkerPlan(device, n, cmd, worker_env(device, storage_url)))
+    return plans
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+def run_workers(settings, devices_text: str, *, as_json: bool = False):
+    """Validate, create the study, run one worker per device, and return the SearchResult of
+    the whole study; raise SearchInterrupted (exit 130) after a Ctrl-C."""
+    import optuna
+
+    from autotune.device import visible_gpu_uuids
+    from autotune.search.best import write_recipe
+    from autotune.search.run import SQLITE_WORKERS_WARNING, SearchInterrupted, SearchResult, prepare
+    from autotune.search.storage import default_grace_period_s, is_sqlite, open_storage, redact
+    from autotune.search.study import fail_orphaned_trials, open_study, summarize
+
+    if settings.device not in ("auto", "cuda"):
+        raise UsageError(f"--devices starts one worker per GPU, each on its own device: drop --device {settings.device}")
+    entries = parse_devices(devices_text)
+    uuids = visible_gpu_uuids()
+    if uuids is None:
+        log.warning("NVML is unavailable: workers are pinned by index (CUDA_VISIBLE_DEVICES=<index>, in PCI bus "
+                    "order), not by UUID")
+    devices = resolve_devices(entries, uuids)
+    ctx, name, url = prepare(replace(settings, device=f"cuda:{devices[0].index}"))
+    if len(devices) > 1 and is_sqlite(url):
+        log.warning("%d workers on %s. %s", len(devices), redact(url), SQLITE_WORKERS_WARNING)
+    storage = open_storage(url, grace_period_s=default_grace_period_s())
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # the summary says what happened
+    study, is_new = open_study(name, storage, ctx, seed=settings.seed)
+    orphans = fail_orphaned_trials(study)  # once, here, rather than racing in every worker
+    if orphans:
+        log.warning("failed %d trial(s) left running by a killed tuner: %s", len(orphans), orphans)
+    if settings.warm_start_from and is_new:
+        from autotune.search.warm_start import enqueue_warm_start
+
+        enqueue_warm_start(study, settings.warm_start_from, ctx)
+    plans = plan_workers(settings, devices, study=name, storage_url=url, memory_limit_bytes=ctx.memory_limit_bytes,
+                         trial_timeout_s=ctx.trial_timeout_s, verbose=log.isEnabledFor(logging.INFO), as_json=as_json)
+    codes, interrupted = supervise(plans)
+    summary = summarize(study)
+    recipe_path = write_recipe(study, summary, name, url, settings.recipe) if summary.best is not None else None
+    failures = [f"worker {p.device.tag} ({p.device.pin}) exited with status {code}"
+                for p, code in zip(plans, codes) if code not in (0, 130)]
+    result = SearchResult(study, summary, ctx, url, recipe_path, is_new, worker_failures=failures)
+    if interrupted:
+        raise SearchInterrupted(result)
+    return result
+
+
+def supervise(plans: Sequence[WorkerPlan], out: IO[str] | None = None, err: IO[str] | None = None,
+              poll_s: float = 0.2) -> tuple[list[int], bool]:
+    """Start every worker, relay its lines with its tag, wait for all of them. Ctrl-C: SIGINT
+    to each worker (they stop and record their trial); a second Ctrl-C: SIGKILL.
+    Returns (exit codes in plan order, whether the user interrupted)."""
+    out, err = out or sys.stdout, err or sys.stderr
+    procs: list[subprocess.Popen] = []
+    try:
+        for plan in plans:
+            log.info("worker %s: CUDA_VISIBLE_DEVICES=%s %s", plan.device.tag, plan.device.pin, shlex.join(plan.command))
+            procs.append(_spawn(plan))
+    except BaseException:
+        for proc in procs:
+            _signal(proc, signal.SIGKILL)
+        raise
+    lock = threading.Lock()
+    pumps = [threading.Thread(target=_relay, args=(stream, f"[{plan.device.tag}] ", sink, lock), daemon=True)
+             for plan, proc in zip(plans, procs) for stream, sink in ((proc.stdout, out), (proc.stderr, err))]
+    for pump in pumps:
+        pump.start()
+    interrupts = 0
+    while True:
+        try:
+            if all(proc.poll() is not None for proc in procs):
+                break
+            time.sleep(poll_s)
+        except KeyboardInterrupt:
+            interrupts += 1
+            sig = signal.SIGINT if interrupts == 1 else signal.SIGKILL
+            if interrupts == 1:
+                log.warning("stopping: each worker records its running trial as interrupted (Ctrl-C again to kill them)")
+            for proc in procs:
+                _signal(proc, sig)
+    for pump in pumps:
+        pump.join(timeout=5)
+    return [proc.returncode for proc in procs], interrupts > 0
+
+
+def _spawn(plan: WorkerPlan) -> subprocess.Popen:
+    # SIGINT, not SIGKILL, when the parent dies: the worker records its trial and stops.
+    return subprocess.Popen(plan.command, env={**os.environ, **plan.env}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True,  # a terminal's Ctrl-C reaches the parent only; it forwards
+                            preexec_fn=death_signal_setter(os.getpid(), signal.SIGINT))
+
+
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    if proc.poll() is None:
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def _relay(stream: IO[bytes], prefix: str, sink: IO[str], lock: threading.Lock) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        with lock:
+            sink.write(prefix + line + "\n")
+            sink.flush()
+    stream.close()

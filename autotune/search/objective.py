@@ -1,0 +1,119 @@
+"""The objective: turns an Optuna trial into a configuration, runs it isolated, and
+records its outcome on the trial (as `measure.outcomes.recording` says)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.config import TrainConfig
+from autotune.errors import UnsupportedConfig
+from autotune.knobs.support import check_supported
+from autotune.measure import outcomes
+from autotune.measure.measurement import Measurement
+from autotune.search.references import reference_config
+from autotune.search.sampling import suggest
+from autotune.search.study import StudyContext
+from autotune.trial.runner import TrialResult, run_trial
+
+REASON_LIMIT = 4000  # characters of a reason kept in storage
+
+
+class TrialFailed(Exception):
+    """Raised from the objective for timeout/crashed/interrupted: Optuna records FAIL."""
+
+
+def config_key(cfg: TrainConfig) -> str:
+    """Identifies a configuration: the same knobs give the same key."""
+    return json.dumps(cfg.to_dict(), sort_keys=True)
+
+
+class Objective:
+    """Turns a trial into a configuration, runs it isolated, and records its outcome."""
+
+    def __init__(self, ctx: StudyContext, on_running: Callable[[int, TrainConfig], None] | None = None,
+                 trial_env: dict[str, str] | None = None) -> None:
+        self.ctx = ctx
+        self.on_running = on_running
+        self.trial_env = trial_env
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        reference = trial.user_attrs.get("reference")
+        if reference:
+            cfg, notes = reference_config(reference, self.ctx)
+            if notes:
+                trial.set_user_attr("reference_notes", notes)
+        else:
+            cfg = suggest(self.ctx.space, trial)
+        trial.set_user_attr("config", cfg.to_dict())
+        trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("tuner_pid", os.getpid())
+        if self.ctx.device.uuid:  # which GPU of a multi-GPU or multi-host study ran it
+            trial.set_user_attr("device_uuid", self.ctx.device.uuid)
+        self._reject_if_impossible(trial, cfg)
+        result = self._reuse(trial, cfg) or self._run(trial, cfg)
+        return self._record(trial, result)
+
+    def _reject_if_impossible(self, trial: optuna.Trial, cfg: TrainConfig) -> None:
+        """Known-impossible combinations never start a process: recorded and pruned at no cost."""
+        reason = self.ctx.space.violation(cfg)
+        if reason is None:
+            try:
+                check_supported(cfg, self.ctx.capabilities)
+            except UnsupportedConfig as exc:
+                reason = str(exc)
+        if reason is not None:
+            self._record(trial, TrialResult(outcomes.UNSUPPORTED, reason))
+
+    def _reuse(self, trial: optuna.Trial, cfg: TrainConfig) -> TrialResult | None:
+        """TPE re-proposes configurations it has seen; a deterministic outcome is not re-run."""
+        key = config_key(cfg)
+        for done in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if done.user_attrs.get("config") is not None and config_key(TrainConfig.from_dict(done.user_attrs["config"])) == key:
+                trial.set_user_attr("duplicate_of", done.number)
+                m = done.user_attrs.get("measurement")
+                return TrialResult(done.user_attrs["outcome"], done.user_attrs.get("reason"),
+                                   Measurement.from_dict(m) if m else None)
+        return None
+
+    def _run(self, trial: optuna.Trial, cfg: TrainConfig) -> TrialResult:
+        if self.on_running:
+            self.on_running(trial.number, cfg)
+        try:
+            return run_trial(self.ctx.spec, cfg, timeout_s=self.ctx.trial_timeout_s, device=self.ctx.device,
+                             env=self.trial_env, on_start=lambda pid: trial.set_user_attr("trial_pid", pid))
+        except KeyboardInterrupt:
+            outcome, reason = outcomes.interrupted_by_user()
+            trial.set_user_attr("outcome", outcome)
+            trial.set_user_attr("reason", reason)
+            raise
+
+    def _record(self, trial: optuna.Trial, result: TrialResult) -> float:
+        trial.set_user_attr("outcome", result.outcome)
+        if result.reason:
+            trial.set_user_attr("reason", result.reason[:REASON_LIMIT])
+        m = result.measurement
+        if m:
+            trial.set_user_attr("measurement", m.to_dict())
+            trial.set_user_attr("tokens_per_sec", m.tokens_per_sec)
+            trial.set_user_attr("peak_memory_bytes", m.peak_memory_bytes)
+        if result.phase_s:
+            trial.set_user_attr("phase_s", result.phase_s)
+            trial.set_user_attr("wall_s", result.wall_s)
+        limit = self.ctx.memory_limit_bytes
+        how = outcomes.recording(result.outcome, has_rate=result.tokens_per_sec is not None)
+        if how is outcomes.Recording.MEASURED:
+            peak = result.peak_memory_bytes
+            trial.set_constraint("memory", (peak - limit) / limit if peak is not None else 0.0)
+            return float(result.tokens_per_sec)
+        if how is outcomes.Recording.INFEASIBLE:
+            trial.set_constraint("memory", 1.0)
+            return 0.0
+        if how is outcomes.Recording.PRUNED:
+            raise optuna.TrialPruned(result.reason)
+        raise TrialFailed(f"{result.outcome}: {(result.reason or '').splitlines()[0] if result.reason else ''}")

@@ -1,0 +1,261 @@
+"""A study: opening or resuming it (the same hardware, model, data and space, or refused),
+its identity and attributes, the sampler, failing a dead tuner's trials, and reading it back
+as a `StudySummary`. Importing this module does not import torch: `show` and `compare`
+read studies through it.
+
+How a trial is recorded, by outcome (decided in `measure.outcomes.recording`):
+
+    ok, over_memory_limit   COMPLETE, value = tokens/s, constraint from the measured peak
+    oom                     COMPLETE, value = 0, constraint 1 (infeasible)
+                            (so is over_memory_limit stopped early by the CPU RSS watchdog)
+    unsupported             PRUNED before any process starts (or after the run said so)
+    timeout, crashed        FAIL, with the reason
+    interrupted             FAIL (Ctrl-C), with the reason
+
+Every trial carries readable user attrs: outcome, reason, config, tokens_per_sec,
+peak_memory_bytes and the whole measurement, so optuna-dashboard shows them as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.config import RunSpec
+from autotune.device.info import DeviceInfo, software_versions
+from autotune.errors import UsageError
+from autotune.knobs.support import DeviceCapabilities
+from autotune.measure import outcomes
+from autotune.measure.measurement import Measurement
+from autotune.search.references import BASELINE, CHECKLIST, enqueue_references
+from autotune.search.space import SearchSpace
+from autotune.search.storage import RetryStaleTrial, internals
+from autotune.trial._proc import process_alive
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StudyContext:
+    """Everything that must stay the same for the trials of one study to be comparable."""
+
+    spec: RunSpec
+    device: DeviceInfo
+    space: SearchSpace
+    memory_limit_bytes: int
+    trial_timeout_s: float
+
+    @property
+    def capabilities(self) -> DeviceCapabilities:
+        return DeviceCapabilities.detect(self.device.kind, self.device.capability_tuple)
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "model": self.spec.model,
+            "data": self.spec.data,
+            "seq_len": self.space.seq_len,
+            "device_name": self.device.name,
+            "device_uuid": self.device.uuid,
+            "space_hash": self.space.hash,
+        }
+
+
+def study_attrs(ctx: StudyContext) -> dict[str, Any]:
+    return {
+        "autotune": {"kind": "search", "software": software_versions()},
+        "hardware": ctx.device.to_dict(),
+        "model": ctx.spec.model,
+        "data": ctx.spec.data,
+        "seq_len": ctx.space.seq_len,
+        "n_layer": ctx.space.n_layer,
+        "memory_limit_bytes": ctx.memory_limit_bytes,
+        "space": ctx.space.to_dict(),
+        "space_source": ctx.space.source,
+        "space_hash": ctx.space.hash,
+        "identity": ctx.identity(),
+        "run": {"warmup": ctx.spec.warmup, "steps": ctx.spec.steps, "min_time_s": ctx.spec.min_time_s,
+                "seed": ctx.spec.seed},
+    }
+
+
+def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+    """The tuner's sampler, in one place: benchmarks/sample_efficiency.py replays this exact one.
+    TPE (multivariate by default in Optuna 5) reads the memory constraint that the objective
+    records with `trial.set_constraint`; 5 random start-up trials before it models the space."""
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
+
+
+# A study is ready once its identity attr is written. Its creator writes every other attr and
+# enqueues the reference trials first, so a worker that sees the identity also sees them.
+READY_ATTR = "identity"
+JOIN_WAIT_S = 30.0  # how long a joining worker waits for the creator to finish setting up
+
+
+def open_study(name: str, storage, ctx: StudyContext, *, seed: int | None = None) -> tuple[optuna.Study, bool]:
+    """Create the study, or resume it when it was made for the same hardware, model, data
+    and space. Returns (study, is_new).
+
+    Race-free with many workers: only the one whose `create_study` succeeds sets the study
+    up and enqueues the reference trials; the others get DuplicatedStudyError, load it and
+    wait until it is ready. (load_if_exists would let two new workers both see an empty
+    study and both enqueue the references.)"""
+    sampler = make_sampler(seed)
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler)
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+    else:
+        _set_up(study, ctx)
+        return study, True
+    existing = _wait_until_ready(study)
+    if existing is None:
+        if study.trials:
+            raise UsageError(f"study {name!r} exists but was not made by `autotune search` (it has no identity): "
+                             f"choose another name with --study")
+        # Created, then its creator stopped before setting it up: finish the job.
+        log.warning("study %r was created but never set up (its creator stopped early): setting it up now", name)
+        _set_up(study, ctx)
+        return study, True
+    if seed is not None:
+        study.sampler = make_sampler(worker_seed(seed, len(study.trials)))
+    mismatch = _identity_mismatch(existing, ctx.identity())
+    if mismatch:
+        raise UsageError(f"study {name!r} was made for {mismatch[0]}, this run is {mismatch[1]}: "
+                         f"resume it with the same settings, or choose a new name with --study")
+    return study, False
+
+
+def worker_seed(seed: int, n_trials: int, pid: int | None = None) -> int:
+    """The sampler seed of a worker joining or resuming a study. Salted with the number of
+    trials (a resumed study must not replay the first run's random draws) and the process id
+    (workers starting together on one study must not propose the same configurations in
+    lockstep)."""
+    return (seed * 1_000_003 + n_trials * 7_919 + (os.getpid() if pid is None else pid)) % 2**32
+
+
+def _set_up(study: optuna.Study, ctx: StudyContext) -> None:
+    attrs = study_attrs(ctx)
+    identity = attrs.pop(READY_ATTR)
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    enqueue_references(study)
+    study.set_user_attr(READY_ATTR, identity)  # last: the study is ready
+
+
+def _wait_until_ready(study: optuna.Study) -> dict[str, Any] | None:
+    deadline = time.monotonic() + JOIN_WAIT_S
+    while True:
+        identity = study.user_attrs.get(READY_ATTR)
+        if identity is not None or time.monotonic() > deadline:
+            return identity
+        time.sleep(0.2)
+
+
+def _identity_mismatch(stored: dict[str, Any], current: dict[str, Any]) -> tuple[str, str] | None:
+    # Not the device UUID: workers on several GPUs of one model (--devices, a fleet of hosts)
+    # feed one study. The device name (model) must match; which unit it is need not.
+    labels = {"model": "model", "data": "data", "seq_len": "context length", "device_name": "device",
+              "space_hash": "search space (hash)"}
+    for key, label in labels.items():
+        if stored.get(key) != current.get(key):
+            return f"{label} {stored.get(key)}", f"{label} {current.get(key)}"
+    return None
+
+
+# --- after a kill ----------------------------------------------------------------------------
+
+
+def fail_orphaned_trials(study: optuna.Study) -> list[int]:
+    """RUNNING trials left by a tuner of this host that is gone (killed with -9, power cut)
+    are failed now (outcome interrupted), without waiting for the heartbeat grace period,
+    and retried once. The journal file has no heartbeats: this is what unsticks it."""
+    failed = []
+    host = socket.gethostname()
+    storage, study_id = internals(study)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        pid = t.user_attrs.get("tuner_pid")
+        if t.user_attrs.get("host") != host or pid is None or (process_alive(pid) and pid != os.getpid()):
+            continue
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+        outcome, reason = outcomes.orphaned()
+        try:
+            storage.set_trial_user_attr(trial_id, "outcome", outcome)
+            storage.set_trial_user_attr(trial_id, "reason", reason)
+            storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        failed.append(t.number)
+        # Retried once, as a heartbeat-stale trial is (reference trials too: without them
+        # the study would never report its speedups).
+        RetryStaleTrial(max_retry=1)(study, storage.get_trial(trial_id))
+    return failed
+
+
+# --- reading a study -------------------------------------------------------------------------
+
+
+@dataclass
+class StudySummary:
+    name: str
+    best: FrozenTrial | None
+    baseline: FrozenTrial | None
+    checklist: FrozenTrial | None
+    counts: dict[str, int] = field(default_factory=dict)
+    trials: list[FrozenTrial] = field(default_factory=list)
+
+    def speedup(self, reference: FrozenTrial | None) -> float | None:
+        if self.best is None or reference is None:
+            return None
+        ref = tokens_per_sec(reference)
+        return tokens_per_sec(self.best) / ref if ref else None
+
+    @property
+    def no_best_reason(self) -> str:
+        """Why there is no best: every trial that got as far as memory broke the limit, or no
+        trial got that far (all crashed, timed out or unsupported: the limit is not the cause)."""
+        measured = sum(self.counts.get(o, 0) for o in (*outcomes.MEASURED, *outcomes.INFEASIBLE))
+        return "no trial fits the memory limit" if measured else "no trial finished a measurement"
+
+
+def tokens_per_sec(trial: FrozenTrial) -> float | None:
+    return trial.user_attrs.get("tokens_per_sec")
+
+
+def trial_measurement(trial: FrozenTrial) -> Measurement | None:
+    """The trial's measurement, typed again (stored as a JSON user attr); None if it has none."""
+    stored = trial.user_attrs.get("measurement")
+    if not stored:
+        return None
+    # What the trial itself records stands in for keys an older or partial record lacks.
+    known = {"config": trial.user_attrs.get("config") or {}, "outcome": trial.user_attrs.get("outcome") or "unknown"}
+    return Measurement.from_dict({**known, **stored})
+
+
+def is_feasible_ok(trial: FrozenTrial) -> bool:
+    return (trial.state == TrialState.COMPLETE and trial.user_attrs.get("outcome") == outcomes.OK
+            and all(v <= 0 for v in (trial.constraints or {}).values()))
+
+
+def summarize(study: optuna.Study) -> StudySummary:
+    trials = study.get_trials(deepcopy=False)
+    feasible = [t for t in trials if is_feasible_ok(t)]
+    best = max(feasible, key=lambda t: t.value) if feasible else None
+    counts: dict[str, int] = {}
+    for t in trials:
+        outcome = t.user_attrs.get("outcome") or ("running" if t.state == TrialState.RUNNING else t.state.name.lower())
+        counts[outcome] = counts.get(outcome, 0) + 1
+
+    def reference(name: str) -> FrozenTrial | None:
+        # measured: ok, or over the limit with a rate (not one the RSS watchdog stopped early)
+        done = [t for t in trials if t.user_attrs.get("reference") == name
+                and t.user_attrs.get("outcome") in outcomes.MEASURED and tokens_per_sec(t) is not None]
+        return done[0] if done else None
+
+    return StudySummary(study.study_name, best, reference(BASELINE), reference(CHECKLIST), counts, trials)

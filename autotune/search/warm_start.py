@@ -1,0 +1,97 @@
+"""`search --warm-start-from REF`: a new study starts from another study's best
+configurations that can run here (inside this space, within its rules, supported by this
+device), enqueued after the reference trials; what is skipped is logged with the reason."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from typing import Any
+
+import optuna
+from optuna.trial import FixedTrial, FrozenTrial
+
+from autotune.config import TrainConfig, normalize_config_dict
+from autotune.errors import UnsupportedConfig, UsageError
+from autotune.knobs.support import check_supported
+from autotune.search.objective import config_key
+from autotune.search.sampling import outside_reason, params_for, suggest
+from autotune.search.storage import load_ref, redact
+from autotune.search.study import StudyContext, is_feasible_ok
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WARM_START_K = 5
+
+
+def invalid_here(cfg: TrainConfig, ctx: StudyContext) -> tuple[str, dict[str, Any] | None]:
+    """('', params) when `cfg` can be tried in this study as it is; else (why not, None)."""
+    params = params_for(ctx.space, cfg)
+    if params is None:
+        return outside_reason(cfg, ctx.space), None
+    try:  # the params must reproduce exactly this config, within every dimension's range
+        trial = FixedTrial(params)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            again = suggest(ctx.space, trial)
+        inside = all(trial.distributions[k]._contains(trial.distributions[k].to_internal_repr(v))
+                     for k, v in params.items() if k in trial.distributions)
+    except (ValueError, UsageError):
+        return "outside this search space", None
+    if not inside or config_key(again) != config_key(cfg):
+        return outside_reason(cfg, ctx.space), None
+    rule = ctx.space.violation(cfg)
+    if rule is not None:
+        return f"breaks a rule of this space ({rule})", None
+    try:
+        check_supported(cfg, ctx.capabilities)
+    except UnsupportedConfig as exc:
+        return f"unsupported on this device ({exc.knob})", None
+    return "", params
+
+
+def warm_start_candidates(source: optuna.Study, top_k: int) -> list[FrozenTrial]:
+    """The source's top-k distinct feasible ok configurations, best first. Its reference
+    trials are left out: the new study measures its own baseline and checklist."""
+    ranked = sorted((t for t in source.get_trials(deepcopy=False) if is_feasible_ok(t) and not t.user_attrs.get("reference")
+                     and t.user_attrs.get("config") is not None), key=lambda t: -(t.value or 0.0))
+    chosen: list[FrozenTrial] = []
+    seen: set[str] = set()
+    for t in ranked:
+        key = json.dumps(normalize_config_dict(t.user_attrs["config"]), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            chosen.append(t)
+    return chosen[:top_k]
+
+
+def enqueue_warm_start(study: optuna.Study, ref: str, ctx: StudyContext, top_k: int = DEFAULT_WARM_START_K) -> int:
+    """Enqueue the top-k feasible ok configurations of the study `ref` names that are valid
+    here (in this space, within its rules, supported by this device). Returns how many were
+    enqueued; the ones skipped, and why, are logged. They run after the reference trials."""
+    source = load_ref(ref)
+    shown = redact(ref)
+    for key in ("model", "seq_len"):
+        theirs, ours = source.user_attrs.get(key), (ctx.spec.model if key == "model" else ctx.space.seq_len)
+        if theirs is not None and theirs != ours:
+            log.warning("warm start from %s: it was made for %s %s, this study is %s", shown, key, theirs, ours)
+    skipped: dict[str, list[int]] = {}
+    enqueued = 0
+    for trial in warm_start_candidates(source, top_k):
+        try:
+            cfg = TrainConfig.from_dict(trial.user_attrs["config"])
+        except UsageError as exc:
+            skipped.setdefault(f"unreadable config ({exc})", []).append(trial.number)
+            continue
+        reason, params = invalid_here(cfg, ctx)
+        if params is None:
+            skipped.setdefault(reason, []).append(trial.number)
+            continue
+        study.enqueue_trial(params, user_attrs={"warm_start_from": shown, "warm_start_trial": trial.number})
+        enqueued += 1
+    log.info("warm start from %s: enqueued %d configuration(s)", shown, enqueued)
+    if skipped:
+        log.warning("warm start from %s: skipped %d of its best: %s", shown, sum(map(len, skipped.values())),
+                    "; ".join(f"{why} (#{', #'.join(map(str, numbers))})" for why, numbers in skipped.items()))
+    return enqueued
