@@ -16,12 +16,17 @@ AMP_DTYPES = ("float32", "tf32", "float16", "bfloat16")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 SDPA_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn")
 # The torch.nn.attention.SDPBackend member each forced backend names (knobs and exports use it).
-SDPA_KERNELS = {"math": "MATH", "efficient": "EFFICIENT_ATTENTION", "flash": "FLASH_ATTENTION",
-                "cudnn": "CUDNN_ATTENTION"}
+SDPA_KERNELS = {
+    "math": "MATH",
+    "efficient": "EFFICIENT_ATTENTION",
+    "flash": "FLASH_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+}
 # fixed: a fixed number of sequences per step, each padded to the context length (the
 # untuned baseline); padded: length-grouped token-budget batches; packed: contiguous windows.
 BATCHING_MODES = ("fixed", "padded", "packed")
 DEVICE_KINDS = ("cpu", "cuda")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -95,6 +100,7 @@ class TrainConfig:
                 values["persistent_workers"] = False
         return TrainConfig.from_dict(values)
 
+
 KNOBS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
 _KNOB_HELP = {
@@ -109,6 +115,7 @@ _KNOB_HELP = {
     "sdpa_backend": " | ".join(SDPA_BACKENDS),
     "checkpoint_layers": "comma-separated block indices, e.g. 0,1,2 (empty or none for no checkpointing)",
 }
+
 
 def parse_knob(knob: str, text: str) -> Any:
     """Parse one `--set knob=value` string into the knob's typed value."""
@@ -143,11 +150,16 @@ def parse_knob(knob: str, text: str) -> Any:
         if any(layer < 0 for layer in layers):
             raise bad
         return layers
-    choices = {"batching": BATCHING_MODES, "amp_dtype": AMP_DTYPES,
-               "compile_mode": COMPILE_MODES, "sdpa_backend": SDPA_BACKENDS}[knob]
+    choices = {
+        "batching": BATCHING_MODES,
+        "amp_dtype": AMP_DTYPES,
+        "compile_mode": COMPILE_MODES,
+        "sdpa_backend": SDPA_BACKENDS,
+    }[knob]
     if raw not in choices:
         raise bad
     return raw
+
 
 def knob_text(value: Any) -> str:
     """A knob value as `--set` and `parse_knob` spell it: true/false, 0,1,2, none."""
@@ -171,6 +183,7 @@ def parse_assignments(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
         parse_knob(knob, value)  # validate early so the error names the knob
         out[knob] = value
     return out
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -211,10 +224,12 @@ class RunSpec:
     def from_dict(cls, data: Mapping[str, Any]) -> "RunSpec":
         return cls(**dict(data))
 
+
 def check_int(name: str, value: Any, *, minimum: int) -> None:
     """Refuse anything but a true int >= minimum (bool is an int in Python, not here)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise UsageError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:

@@ -8,13 +8,27 @@ import re
 
 from autotune.errors import UsageError
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-               "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
 
 def parse_memory_size(text: str, *, option: str = "--memory-limit") -> int:
-    """"60GiB", "512MiB", "1.5GB", "8000000000" -> bytes. Binary units (GiB) are 1024-based."""
+    """ "60GiB", "512MiB", "1.5GB", "8000000000" -> bytes. Binary units (GiB) are 1024-based."""
     match = re.fullmatch(r"\s*(-?[0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
     unit = match.group(2).lower() if match else None
     if not match or unit not in _SIZE_UNITS:
@@ -26,9 +40,9 @@ def parse_memory_size(text: str, *, option: str = "--memory-limit") -> int:
 
 
 def parse_duration(text: str, *, option: str) -> float:
-    """"90", "90s", "10m", "2h" -> seconds."""
+    """ "90", "90s", "10m", "2h" -> seconds."""
     raw = str(text).strip().lower()
-    number, unit = raw.rstrip("smh"), raw[len(raw.rstrip("smh")):]
+    number, unit = raw.rstrip("smh"), raw[len(raw.rstrip("smh")) :]
     try:
         value = float(number) * _DURATION_UNITS[unit]
     except (ValueError, KeyError):
@@ -39,7 +53,7 @@ def parse_duration(text: str, *, option: str) -> float:
 
 
 def parse_fraction(text: str, *, option: str) -> float:
-    """"5%" or "0.05" -> 0.05; a fraction in [0, 1)."""
+    """ "5%" or "0.05" -> 0.05; a fraction in [0, 1)."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%?)\s*", str(text))
     if not match:
         raise UsageError(f"{option}: cannot read {text!r}; expected a fraction like 0.05 or a percentage like 5%")

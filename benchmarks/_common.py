@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import platform
@@ -66,8 +65,13 @@ def config_key(cfg: TrainConfig | dict[str, Any]) -> str:
 def machine() -> dict[str, Any]:
     import torch
 
-    return {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()}
+    return {
+        "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def cv(values: Sequence[float]) -> float:

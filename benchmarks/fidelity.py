@@ -26,8 +26,14 @@ TARGET_CV = 0.02
 
 def run(runs: int, model: str, device: str, steps: int, warmup: int) -> dict:
     spec = RunSpec(model=model, device=device, warmup=warmup, steps=steps)
-    cfg = TrainConfig(num_workers=0, token_budget=2048, batching="padded", amp_dtype="float32",
-                      compile_mode="none", sdpa_backend="math")
+    cfg = TrainConfig(
+        num_workers=0,
+        token_budget=2048,
+        batching="padded",
+        amp_dtype="float32",
+        compile_mode="none",
+        sdpa_backend="math",
+    )
     info = describe(device)
     values, step_cvs, outcomes = [], [], []
     load_before = os.getloadavg()[0]
@@ -37,12 +43,24 @@ def run(runs: int, model: str, device: str, steps: int, warmup: int) -> dict:
         if r.tokens_per_sec:
             values.append(r.tokens_per_sec)
             step_cvs.append((r.measurement or {}).get("step_time_cv") or 0.0)
-    return {"config": cfg.to_dict(), "model": model, "device": info.name, "runs": runs, "ok": len(values),
-            "tokens_per_sec": values, "mean": statistics.fmean(values), "median": statistics.median(values),
-            "min": min(values), "max": max(values), "cv": cv(values),
-            "median_within_run_step_cv": statistics.median(step_cvs), "target_cv": TARGET_CV,
-            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-            "run": {"steps": steps, "warmup": warmup}, "outcomes": outcomes}
+    return {
+        "config": cfg.to_dict(),
+        "model": model,
+        "device": info.name,
+        "runs": runs,
+        "ok": len(values),
+        "tokens_per_sec": values,
+        "mean": statistics.fmean(values),
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "cv": cv(values),
+        "median_within_run_step_cv": statistics.median(step_cvs),
+        "target_cv": TARGET_CV,
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "run": {"steps": steps, "warmup": warmup},
+        "outcomes": outcomes,
+    }
 
 
 def main() -> int:
@@ -58,11 +76,26 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"Measurement fidelity: {args.model} on {out['device']}, {out['ok']}/{args.runs} runs, fresh process each, "
-          f"{args.steps} timed steps; 1-min load average {out['load_average_1m'][0]} -> {out['load_average_1m'][1]}\n")
-    print(md_table(["mean tok/s", "median tok/s", "min", "max", "CV across runs", "median CV within a run", "target"],
-                   [[f"{out['mean']:.0f}", f"{out['median']:.0f}", f"{out['min']:.0f}", f"{out['max']:.0f}",
-                     f"{out['cv']:.1%}", f"{out['median_within_run_step_cv']:.1%}", f"<= {TARGET_CV:.0%} (GPU)"]]))
+    print(
+        f"Measurement fidelity: {args.model} on {out['device']}, {out['ok']}/{args.runs} runs, fresh process each, "
+        f"{args.steps} timed steps; 1-min load average {out['load_average_1m'][0]} -> {out['load_average_1m'][1]}\n"
+    )
+    print(
+        md_table(
+            ["mean tok/s", "median tok/s", "min", "max", "CV across runs", "median CV within a run", "target"],
+            [
+                [
+                    f"{out['mean']:.0f}",
+                    f"{out['median']:.0f}",
+                    f"{out['min']:.0f}",
+                    f"{out['max']:.0f}",
+                    f"{out['cv']:.1%}",
+                    f"{out['median_within_run_step_cv']:.1%}",
+                    f"<= {TARGET_CV:.0%} (GPU)",
+                ]
+            ],
+        )
+    )
     return 0
 
 

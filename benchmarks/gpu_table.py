@@ -30,9 +30,17 @@ def row(name: str, m: dict | None, cfg: dict | None, device_name: str, base_tps:
     mfu790 = mfu * peak / MEASURED_H200_BF16 if mfu is not None and peak else None
     pct = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
     nvml = m.get("peak_memory_bytes") if (m.get("peak_memory_source") or "").startswith("nvml") else None
-    return [name, f"{tps:,.0f}", pct(mfu), pct(mfu790), mib(nvml if nvml else m.get("peak_memory_bytes")),
-            mib(m.get("allocator_peak_bytes")), f"{tps / base_tps:.2f}x" if base_tps else "-",
-            pct(m.get("step_time_cv")), m.get("outcome", "ok")]
+    return [
+        name,
+        f"{tps:,.0f}",
+        pct(mfu),
+        pct(mfu790),
+        mib(nvml if nvml else m.get("peak_memory_bytes")),
+        mib(m.get("allocator_peak_bytes")),
+        f"{tps / base_tps:.2f}x" if base_tps else "-",
+        pct(m.get("step_time_cv")),
+        m.get("outcome", "ok"),
+    ]
 
 
 def main(out_dir: str, dry_run: str) -> int:
@@ -42,20 +50,53 @@ def main(out_dir: str, dry_run: str) -> int:
     device_name = ((base or {}).get("device") or {}).get("name", "?")
     base_tps = (base or {}).get("tokens_per_sec")
     best = (search or {}).get("best") or {}
-    rows = [row("baseline (fp32 eager math, fixed 8x seq)", base, (base or {}).get("config"), device_name, base_tps),
-            row("checklist (bench)", check, (check or {}).get("config"), device_name, base_tps),
-            row("strong hand-picked (bench)", strong, (strong or {}).get("config"), device_name, base_tps),
-            row(f"search best (trial {best.get('number', '?')})", best.get("measurement"), best.get("config"),
-                device_name, base_tps),
-            row("verify of the search recipe", {**((verify or {}).get("measured") or {}), "outcome": (verify or {}).get("outcome", "missing")},
-                best.get("config"), device_name, base_tps)]
-    head = "DRY RUN (no GPU): gpt2-tiny on CPU, tiny step counts; figures are meaningless" if dry_run == "1" else f"gpt2 on {device_name}"
+    rows = [
+        row("baseline (fp32 eager math, fixed 8x seq)", base, (base or {}).get("config"), device_name, base_tps),
+        row("checklist (bench)", check, (check or {}).get("config"), device_name, base_tps),
+        row("strong hand-picked (bench)", strong, (strong or {}).get("config"), device_name, base_tps),
+        row(
+            f"search best (trial {best.get('number', '?')})",
+            best.get("measurement"),
+            best.get("config"),
+            device_name,
+            base_tps,
+        ),
+        row(
+            "verify of the search recipe",
+            {**((verify or {}).get("measured") or {}), "outcome": (verify or {}).get("outcome", "missing")},
+            best.get("config"),
+            device_name,
+            base_tps,
+        ),
+    ]
+    head = (
+        "DRY RUN (no GPU): gpt2-tiny on CPU, tiny step counts; figures are meaningless"
+        if dry_run == "1"
+        else f"gpt2 on {device_name}"
+    )
     print(f"\n{head}\n")
-    print(md_table(["run", "tokens/s", "MFU (table peak)", "MFU (790 TFLOP/s)", "peak mem (NVML/RSS)",
-                    "allocator peak", "vs baseline", "step CV", "outcome"], rows))
+    print(
+        md_table(
+            [
+                "run",
+                "tokens/s",
+                "MFU (table peak)",
+                "MFU (790 TFLOP/s)",
+                "peak mem (NVML/RSS)",
+                "allocator peak",
+                "vs baseline",
+                "step CV",
+                "outcome",
+            ],
+            rows,
+        )
+    )
     if search:
-        print(f"\nsearch: {search.get('n_trials')} trials {search.get('counts')}, "
-              f"speedup vs baseline {search.get('speedup_vs_baseline')}, vs checklist {search.get('speedup_vs_checklist')}")
+        print(
+            f"\nsearch: {search.get('n_trials')} trials {search.get('counts')}, "
+            f"speedup vs baseline {search.get('speedup_vs_baseline')}, "
+            f"vs checklist {search.get('speedup_vs_checklist')}"
+        )
     if verify:
         print(f"verify: passed={verify.get('passed')} ratio_tokens_per_sec={verify.get('ratio_tokens_per_sec')}")
     return 0

@@ -31,7 +31,18 @@ from autotune.config import RunSpec, TrainConfig
 from autotune.device import describe
 from autotune.trial.runner import run_trial
 
-PHASES = ("spawn_to_ready", "process_start", "setup", "compile", "warmup", "timed", "other", "teardown", "overhead", "wall")
+PHASES = (
+    "spawn_to_ready",
+    "process_start",
+    "setup",
+    "compile",
+    "warmup",
+    "timed",
+    "other",
+    "teardown",
+    "overhead",
+    "wall",
+)
 TARGET_S = 3.0
 
 
@@ -55,8 +66,14 @@ def split(result) -> dict[str, float]:
 
 def run(trials: int, steps: int, warmup: int) -> dict:
     spec = RunSpec(model="gpt2-tiny", device="cpu", warmup=warmup, steps=steps)
-    cfg = TrainConfig(num_workers=0, token_budget=1024, batching="padded", amp_dtype="float32",
-                      compile_mode="none", sdpa_backend="math")
+    cfg = TrainConfig(
+        num_workers=0,
+        token_budget=1024,
+        batching="padded",
+        amp_dtype="float32",
+        compile_mode="none",
+        sdpa_backend="math",
+    )
     device = describe("cpu")
     rows = []
     for _ in range(trials):
@@ -65,10 +82,15 @@ def run(trials: int, steps: int, warmup: int) -> dict:
             raise SystemExit(f"trial ended {r.outcome}: {r.reason}")
         rows.append(split(r))
     median = {k: statistics.median(row[k] for row in rows) for k in PHASES}
-    return {"trials": rows, "median_s": median, "target_overhead_s": TARGET_S,
-            "meets_target": median["overhead"] <= TARGET_S, "config": cfg.to_dict(),
-            "run": {"steps": steps, "warmup": warmup},
-            "note": "CPU shared with other jobs: figures are noisy"}
+    return {
+        "trials": rows,
+        "median_s": median,
+        "target_overhead_s": TARGET_S,
+        "meets_target": median["overhead"] <= TARGET_S,
+        "config": cfg.to_dict(),
+        "run": {"steps": steps, "warmup": warmup},
+        "note": "CPU shared with other jobs: figures are noisy",
+    }
 
 
 def main() -> int:
@@ -82,11 +104,24 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"Tuner overhead per trial: gpt2-tiny, CPU, {args.trials} trials, median seconds "
-          f"(target overhead <= {TARGET_S:.0f} s: {'met' if out['meets_target'] else 'NOT met'})\n")
-    print(md_table(["phase", "median s", "min s", "max s"],
-                   [[k, f"{out['median_s'][k]:.2f}", f"{min(r[k] for r in out['trials']):.2f}",
-                     f"{max(r[k] for r in out['trials']):.2f}"] for k in PHASES]))
+    print(
+        f"Tuner overhead per trial: gpt2-tiny, CPU, {args.trials} trials, median seconds "
+        f"(target overhead <= {TARGET_S:.0f} s: {'met' if out['meets_target'] else 'NOT met'})\n"
+    )
+    print(
+        md_table(
+            ["phase", "median s", "min s", "max s"],
+            [
+                [
+                    k,
+                    f"{out['median_s'][k]:.2f}",
+                    f"{min(r[k] for r in out['trials']):.2f}",
+                    f"{max(r[k] for r in out['trials']):.2f}",
+                ]
+                for k in PHASES
+            ],
+        )
+    )
     return 0
 
 

@@ -24,8 +24,8 @@ from autotune.device import describe
 from autotune.errors import UnsupportedConfig
 from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.model.gpt import MODEL_SIZES
-from autotune.trial.runner import run_trial
 from autotune.search.space_file import load_space
+from autotune.trial.runner import run_trial
 
 
 def main() -> int:
@@ -58,20 +58,35 @@ def main() -> int:
             rec = {"outcome": "unsupported", "reason": reason, "tokens_per_sec": None, "peak_memory_bytes": None}
         else:
             r = run_trial(spec, cfg, timeout_s=args.trial_timeout, device=device)
-            rec = {"outcome": r.outcome, "reason": r.reason, "tokens_per_sec": r.tokens_per_sec,
-                   "peak_memory_bytes": r.peak_memory_bytes,
-                   "step_time_cv": (r.measurement or {}).get("step_time_cv"), "wall_s": round(r.wall_s, 2)}
+            rec = {
+                "outcome": r.outcome,
+                "reason": r.reason,
+                "tokens_per_sec": r.tokens_per_sec,
+                "peak_memory_bytes": r.peak_memory_bytes,
+                "step_time_cv": (r.measurement or {}).get("step_time_cv"),
+                "wall_s": round(r.wall_s, 2),
+            }
         records.append({"params": params, "config": cfg.to_dict(), "key": config_key(cfg), **rec})
         tps = rec["tokens_per_sec"]
-        print(f"[{i + 1}/{len(configs)}] {rec['outcome']:<12} {tps or 0:>10.0f} tok/s  "
-              f"{(rec['peak_memory_bytes'] or 0) / 2**20:>6.0f} MiB  {params}", file=sys.stderr, flush=True)
+        print(
+            f"[{i + 1}/{len(configs)}] {rec['outcome']:<12} {tps or 0:>10.0f} tok/s  "
+            f"{(rec['peak_memory_bytes'] or 0) / 2**20:>6.0f} MiB  {params}",
+            file=sys.stderr,
+            flush=True,
+        )
     data = {
-        "format": "autotune.sweep", "version": 1,
+        "format": "autotune.sweep",
+        "version": 1,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": args.model, "device": device.to_dict(), "machine": machine(),
+        "model": args.model,
+        "device": device.to_dict(),
+        "machine": machine(),
         "run": {"steps": args.steps, "warmup": args.warmup, "min_time_s": spec.min_time_s},
-        "space": space.to_dict(), "space_source": args.space, "space_hash": space.hash,
-        "n_layer": shape.n_layer, "seq_len": shape.block_size,
+        "space": space.to_dict(),
+        "space_source": args.space,
+        "space_hash": space.hash,
+        "n_layer": shape.n_layer,
+        "seq_len": shape.block_size,
         "sweep_wall_s": round(time.time() - started, 1),
         # the sweep itself keeps about one core busy: much above 1 means other jobs were running
         "load_average_1min": {"before": load_before, "after": os.getloadavg()[0]},

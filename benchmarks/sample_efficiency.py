@@ -28,9 +28,8 @@ import sys
 from pathlib import Path
 
 import _common  # noqa: F401
-from _common import config_key, md_table
-
 import optuna
+from _common import config_key, md_table
 from optuna.trial import TrialState
 
 from autotune.search.sampling import suggest
@@ -71,8 +70,9 @@ def make(strategy: str, seed: int, space: SearchSpace, records: list[dict]) -> o
     return optuna.samplers.GridSampler(grid, seed=seed)  # grid points in a per-seed shuffled order
 
 
-def replay(strategy: str, seed: int, space: SearchSpace, table: dict[str, dict], limit: int, target: float,
-           records: list[dict]) -> dict:
+def replay(
+    strategy: str, seed: int, space: SearchSpace, table: dict[str, dict], limit: int, target: float, records: list[dict]
+) -> dict:
     """One search; returns trials and distinct configurations until the target was reached."""
     study = optuna.create_study(direction="maximize", sampler=make(strategy, seed, space, records))
     cap = len(table)
@@ -112,8 +112,12 @@ def replay(strategy: str, seed: int, space: SearchSpace, table: dict[str, dict],
 
 def summarize(counts: list[int | None], cap: int) -> dict:
     capped = [cap if c is None else min(c, cap) for c in counts]
-    return {"median": statistics.median(capped), "mean": round(statistics.fmean(capped), 2),
-            "reached": sum(c is not None and c <= cap for c in counts), "runs": len(counts)}
+    return {
+        "median": statistics.median(capped),
+        "mean": round(statistics.fmean(capped), 2),
+        "reached": sum(c is not None and c <= cap for c in counts),
+        "runs": len(counts),
+    }
 
 
 def run(sweep_path: Path, seeds: int, quantile: float, limit: int | None) -> dict:
@@ -127,18 +131,28 @@ def run(sweep_path: Path, seeds: int, quantile: float, limit: int | None) -> dic
     measured = [r for r in records if r["outcome"] in MEASURED]
     n_good = sum(r["peak_memory_bytes"] <= limit and r["tokens_per_sec"] >= target for r in measured)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    out: dict = {"sweep": str(sweep_path), "configurations": len(records), "seeds": seeds,
-                 "memory_limit_bytes": limit,
-                 "infeasible": sum(r["peak_memory_bytes"] > limit for r in measured),
-                 "best_feasible": {"tokens_per_sec": best["tokens_per_sec"], "params": best["params"]},
-                 "within_3pct": n_good, "headline": "median_trials_to_3pct (duplicates counted)"}
+    out: dict = {
+        "sweep": str(sweep_path),
+        "configurations": len(records),
+        "seeds": seeds,
+        "memory_limit_bytes": limit,
+        "infeasible": sum(r["peak_memory_bytes"] > limit for r in measured),
+        "best_feasible": {"tokens_per_sec": best["tokens_per_sec"], "params": best["params"]},
+        "within_3pct": n_good,
+        "headline": "median_trials_to_3pct (duplicates counted)",
+    }
     for strategy in STRATEGIES:
         runs = [replay(strategy, seed, space, table, limit, target, records) for seed in range(seeds)]
         t = summarize([r["trials"] for r in runs], len(records))
         d = summarize([r["distinct"] for r in runs], len(records))
-        out[strategy] = {"median_trials_to_3pct": t["median"], "mean_trials_to_3pct": t["mean"],
-                         "median_distinct_to_3pct": d["median"], "mean_distinct_to_3pct": d["mean"],
-                         "reached": t["reached"], "runs": t["runs"]}
+        out[strategy] = {
+            "median_trials_to_3pct": t["median"],
+            "mean_trials_to_3pct": t["mean"],
+            "median_distinct_to_3pct": d["median"],
+            "mean_distinct_to_3pct": d["mean"],
+            "reached": t["reached"],
+            "runs": t["runs"],
+        }
     return out
 
 
@@ -147,22 +161,48 @@ def main() -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--sweep", default=str(DEFAULT_SWEEP))
-    p.add_argument("--memory-quantile", type=float, default=0.75,
-                   help="memory limit = this quantile of the sweep's measured peaks (default 0.75)")
+    p.add_argument(
+        "--memory-quantile",
+        type=float,
+        default=0.75,
+        help="memory limit = this quantile of the sweep's measured peaks (default 0.75)",
+    )
     p.add_argument("--memory-limit", type=int, default=None, help="memory limit in bytes (overrides the quantile)")
     args = p.parse_args()
     out = run(Path(args.sweep), args.seeds, args.memory_quantile, args.memory_limit)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    rows = [[s, out[s]["median_trials_to_3pct"], out[s]["mean_trials_to_3pct"], out[s]["median_distinct_to_3pct"],
-             out[s]["mean_distinct_to_3pct"], f"{out[s]['reached']}/{out[s]['runs']}"] for s in STRATEGIES]
-    print(f"Sample efficiency: {out['configurations']} configurations, memory limit "
-          f"{out['memory_limit_bytes'] / 2**20:.0f} MiB ({out['infeasible']} infeasible), "
-          f"{out['within_3pct']} within 3% of the best feasible ({out['best_feasible']['tokens_per_sec']:.0f} tok/s), "
-          f"{out['seeds']} seeds\n")
-    print(md_table(["strategy", "median trials to 3% (headline)", "mean trials", "median distinct configs",
-                    "mean distinct", "reached"], rows))
+    rows = [
+        [
+            s,
+            out[s]["median_trials_to_3pct"],
+            out[s]["mean_trials_to_3pct"],
+            out[s]["median_distinct_to_3pct"],
+            out[s]["mean_distinct_to_3pct"],
+            f"{out[s]['reached']}/{out[s]['runs']}",
+        ]
+        for s in STRATEGIES
+    ]
+    print(
+        f"Sample efficiency: {out['configurations']} configurations, memory limit "
+        f"{out['memory_limit_bytes'] / 2**20:.0f} MiB ({out['infeasible']} infeasible), "
+        f"{out['within_3pct']} within 3% of the best feasible ({out['best_feasible']['tokens_per_sec']:.0f} tok/s), "
+        f"{out['seeds']} seeds\n"
+    )
+    print(
+        md_table(
+            [
+                "strategy",
+                "median trials to 3% (headline)",
+                "mean trials",
+                "median distinct configs",
+                "mean distinct",
+                "reached",
+            ],
+            rows,
+        )
+    )
     return 0
 
 

@@ -37,7 +37,9 @@ class AutotuneGroup(click.Group):
 def main(verbose: bool) -> None:
     """Find the fastest way to train a GPT-2-class model on this machine, within a memory
     limit, and hand it back as a recipe."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 for _command in (bench, search, show, export, verify, profile, compare, report, dashboard):

@@ -47,27 +47,47 @@ def _stack(*options: Callable) -> Callable[[Callable], Callable]:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-device_option = click.option("--device", default="auto", show_default=True,
-                             help="auto (CUDA when present), cpu, cuda or cuda:N.")
-warmup_option = click.option("--warmup", type=int, default=3, show_default=True,
-                             help="Warm-up steps (compile happens here).")
-steps_option = click.option("--steps", type=int, default=20, show_default=True,
-                            help="Timed (or profiled) steps, at least.")
+device_option = click.option(
+    "--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda or cuda:N."
+)
+warmup_option = click.option(
+    "--warmup", type=int, default=3, show_default=True, help="Warm-up steps (compile happens here)."
+)
+steps_option = click.option(
+    "--steps", type=int, default=20, show_default=True, help="Timed (or profiled) steps, at least."
+)
+min_time_option = click.option(
+    "--min-time",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Time the steps for at least this many seconds too (more steps on a fast device).",
+)
 memory_limit_option = click.option(
-    "--memory-limit", type=MEMORY_SIZE, default=None,
-    help="Peak memory a configuration may use, e.g. 60GiB (GPU memory via NVML; peak RSS on CPU).")
+    "--memory-limit",
+    type=MEMORY_SIZE,
+    default=None,
+    help="Peak memory a configuration may use, e.g. 60GiB (GPU memory via NVML; peak RSS on CPU).",
+)
 
 run_options = _stack(
-    click.option("--model", default="gpt2-tiny", show_default=True,
-                 help="gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-tiny, or package.module:factory."),
+    click.option(
+        "--model",
+        default="gpt2-tiny",
+        show_default=True,
+        help="gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-tiny, or package.module:factory.",
+    ),
     device_option,
-    click.option("--data", default="synthetic", show_default=True,
-                 help="synthetic, or a PATH.bin (uint16 tokens), PATH.txt or PATH.jsonl file."),
+    click.option(
+        "--data",
+        default="synthetic",
+        show_default=True,
+        help="synthetic, or a PATH.bin (uint16 tokens), PATH.txt or PATH.jsonl file.",
+    ),
     click.option("--seq-len", type=int, default=None, help="Context length (default: the model's)."),
     warmup_option,
     steps_option,
-    click.option("--min-time", type=float, default=2.0, show_default=True,
-                 help="Time the steps for at least this many seconds too (more steps on a fast device)."),
+    min_time_option,
     click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights and data."),
 )
 """What to run and on what: every command that runs the model."""

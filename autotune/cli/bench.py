@@ -9,26 +9,55 @@ import click
 from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, memory_limit_option, run_options
 
 
-def _run_spec(model: str, device: str, data: str, seq_len: int | None, warmup: int, steps: int, min_time: float,
-              seed: int, memory_limit: int | None = None):
+def _run_spec(
+    model: str,
+    device: str,
+    data: str,
+    seq_len: int | None,
+    warmup: int,
+    steps: int,
+    min_time: float,
+    seed: int,
+    memory_limit: int | None = None,
+):
     from autotune.config import RunSpec
     from autotune.device import resolve_device
     from autotune.model.load import check_model_name
 
     check_model_name(model)
-    return RunSpec(model=model, device=resolve_device(device), data=data, seq_len=seq_len, warmup=warmup,
-                   steps=steps, min_time_s=min_time, seed=seed, memory_limit_bytes=memory_limit)
+    return RunSpec(
+        model=model,
+        device=resolve_device(device),
+        data=data,
+        seq_len=seq_len,
+        warmup=warmup,
+        steps=steps,
+        min_time_s=min_time,
+        seed=seed,
+        memory_limit_bytes=memory_limit,
+    )
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @run_options
-@click.option("--batching", type=click.Choice(["fixed", "padded", "packed"]), default=None,
-              help="Batching mode (same as --set batching=...).")
-@click.option("--set", "assignments", multiple=True, metavar="KNOB=VALUE",
-              help="Set a knob, e.g. --set amp_dtype=bfloat16 (repeatable).")
+@click.option(
+    "--batching",
+    type=click.Choice(["fixed", "padded", "packed"]),
+    default=None,
+    help="Batching mode (same as --set batching=...).",
+)
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KNOB=VALUE",
+    help="Set a knob, e.g. --set amp_dtype=bfloat16 (repeatable).",
+)
 @memory_limit_option
 @json_option
-def bench(model, device, data, seq_len, warmup, steps, min_time, seed, batching, assignments, memory_limit, as_json) -> None:
+def bench(
+    model, device, data, seq_len, warmup, steps, min_time, seed, batching, assignments, memory_limit, as_json
+) -> None:
     """Measure one configuration: effective tokens/s, memory, MFU and their spread.
 
     Knobs: num_workers, prefetch_factor, pin_memory, persistent_workers, token_budget,

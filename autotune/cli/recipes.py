@@ -7,8 +7,17 @@ from pathlib import Path
 
 import click
 
-from autotune.cli._options import (CONTEXT_SETTINGS, FRACTION, device_option, emit_json, json_option, steps_option,
-                                   study_options, warmup_option)
+from autotune.cli._options import (
+    CONTEXT_SETTINGS,
+    FRACTION,
+    device_option,
+    emit_json,
+    json_option,
+    min_time_option,
+    steps_option,
+    study_options,
+    warmup_option,
+)
 from autotune.errors import UsageError
 
 
@@ -32,11 +41,20 @@ def _resolve(device: str) -> str:
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("recipe_file", required=False, type=click.Path(dir_okay=False))
 @study_options
-@click.option("-o", "--output", default=None,
-              help="Write here instead of standard output (a study's recipe: default recipes/<study>.json).")
-@click.option("--format", "fmt", type=click.Choice(["json", "yaml", "hf", "lightning"]), default="json",
-              show_default=True,
-              help="json/yaml: the recipe; hf: TrainingArguments kwargs; lightning: Trainer and DataLoader kwargs.")
+@click.option(
+    "-o",
+    "--output",
+    default=None,
+    help="Write here instead of standard output (a study's recipe: default recipes/<study>.json).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "yaml", "hf", "lightning"]),
+    default="json",
+    show_default=True,
+    help="json/yaml: the recipe; hf: TrainingArguments kwargs; lightning: Trainer and DataLoader kwargs.",
+)
 def export(recipe_file, study, storage, output, fmt) -> None:
     """Export a recipe (a file, or the best of a stored study) as JSON, YAML, Hugging Face or Lightning settings."""
     from autotune.recipe import Recipe
@@ -71,16 +89,27 @@ def export(recipe_file, study, storage, output, fmt) -> None:
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
 @device_option
-@click.option("--tolerance", type=FRACTION, default=None,
-              help="Pass when measured tokens/s >= (1 - tolerance) x recorded; 5% or 0.05. Default: 5% on a GPU, "
-                   "15% on a CPU, whose run-to-run spread is larger (see README, measurement fidelity).")
+@click.option(
+    "--tolerance",
+    type=FRACTION,
+    default=None,
+    help="Pass when measured tokens/s >= (1 - tolerance) x recorded; 5% or 0.05. Default: 5% on a GPU, "
+    "15% on a CPU, whose run-to-run spread is larger (see README, measurement fidelity).",
+)
 @steps_option
 @warmup_option
+@min_time_option
 @click.option("--data", default=None, help="Data to measure on (default: the recipe's).")
-@click.option("--timeout", "timeout_s", type=float, default=1800.0, show_default=True,
-              help="Seconds before the measuring process is killed.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=1800.0,
+    show_default=True,
+    help="Seconds before the measuring process is killed.",
+)
 @json_option
-def verify(recipe_path, device, tolerance, steps, warmup, data, timeout_s, as_json) -> None:
+def verify(recipe_path, device, tolerance, steps, warmup, min_time, data, timeout_s, as_json) -> None:
     """Re-measure RECIPE here, in a fresh process, with the same measuring core as search,
     and compare with what it recorded. Exit 0: PASS, 1: FAIL."""
     from autotune.present.summaries import format_verify
@@ -89,8 +118,10 @@ def verify(recipe_path, device, tolerance, steps, warmup, data, timeout_s, as_js
     device = _resolve(device)
     tol = tolerance if tolerance is not None else default_tolerance(device)
     recipe = load_recipe(recipe_path, device)
-    result = verify_recipe(recipe, device=device, tolerance=tol, steps=steps, warmup=warmup, data=data,
-                           timeout_s=timeout_s)
+    result = verify_recipe(
+        recipe, device=device, tolerance=tol, steps=steps, warmup=warmup, min_time_s=min_time, data=data,
+        timeout_s=timeout_s,
+    )
     if as_json:
         emit_json(result)
     else:

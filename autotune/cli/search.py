@@ -16,8 +16,9 @@ class _ProgressReporter:
         from tqdm import tqdm
 
         self.quiet = quiet
-        self.bar = tqdm(total=n_trials, unit="trial", file=sys.stderr, dynamic_ncols=True,
-                        disable=quiet or not sys.stderr.isatty())
+        self.bar = tqdm(
+            total=n_trials, unit="trial", file=sys.stderr, dynamic_ncols=True, disable=quiet or not sys.stderr.isatty()
+        )
 
     def trial_started(self, number: int, cfg) -> None:
         from autotune.present.text import config_summary
@@ -46,25 +47,78 @@ class _ProgressReporter:
 @click.command(context_settings=CONTEXT_SETTINGS)
 @run_options
 @click.option("--study", default=None, help="Study name (default: <model>-<device slug>, e.g. gpt2-nvidia-h200).")
-@click.option("--storage", default=None, envvar="AUTOTUNE_STORAGE", show_envvar=True,
-              help="Optuna storage URL (default: sqlite:///studies/<study>.db); journal:PATH for one host, many workers; "
-                   "postgresql://... for many hosts (the environment variable keeps a password off the command line).")
-@click.option("--space", default=None, help="Search space YAML (default: search_spaces/gpt2.yaml on CUDA, cpu.yaml on CPU).")
+@click.option(
+    "--storage",
+    default=None,
+    envvar="AUTOTUNE_STORAGE",
+    show_envvar=True,
+    help="Optuna storage URL (default: sqlite:///studies/<study>.db); journal:PATH for one host, many workers; "
+    "postgresql://... for many hosts (the environment variable keeps a password off the command line).",
+)
+@click.option(
+    "--space", default=None, help="Search space YAML (default: search_spaces/gpt2.yaml on CUDA, cpu.yaml on CPU)."
+)
 @memory_limit_option
-@click.option("--memory-fraction", type=float, default=None, help="Limit as a fraction of the device's total memory (default 0.9).")
-@click.option("--n-trials", type=int, default=20, show_default=True, help="Trials to run in this invocation (reference trials included).")
+@click.option(
+    "--memory-fraction",
+    type=float,
+    default=None,
+    help="Limit as a fraction of the device's total memory (default 0.9).",
+)
+@click.option(
+    "--n-trials",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Trials to run in this invocation (reference trials included).",
+)
 @click.option("--timeout", type=DURATION, default=None, help="Stop starting new trials after this long, e.g. 10m.")
-@click.option("--trial-timeout", type=DURATION, default=None,
-              help="Kill a trial after this long (default 300s on CPU, 600s on CUDA).")
-@click.option("--recipe", "recipe_path", default=None, help="Where to write the best recipe (default: recipes/<study>.json).")
-@click.option("--warm-start-from", default=None, help="Start a new study with another study's best configurations (REF: .db path or URL#study).")
-@click.option("--devices", default=None, metavar="0,1,...",
-              help="One worker per GPU of this host (indices as nvidia-smi lists them, or UUIDs), all on one study; "
-                   "--n-trials is then the total. Use journal:PATH or PostgreSQL storage.")
+@click.option(
+    "--trial-timeout",
+    type=DURATION,
+    default=None,
+    help="Kill a trial after this long (default 300s on CPU, 600s on CUDA).",
+)
+@click.option(
+    "--recipe", "recipe_path", default=None, help="Where to write the best recipe (default: recipes/<study>.json)."
+)
+@click.option(
+    "--warm-start-from",
+    default=None,
+    help="Start a new study with another study's best configurations (REF: .db path or URL#study).",
+)
+@click.option(
+    "--devices",
+    default=None,
+    metavar="0,1,...",
+    help="One worker per GPU of this host (indices as nvidia-smi lists them, or UUIDs), all on one study; "
+    "--n-trials is then the total. Use journal:PATH or PostgreSQL storage.",
+)
 @click.option("--worker", is_flag=True, hidden=True)  # a child of --devices: the parent prints the summary
 @json_option
-def search(model, device, data, seq_len, warmup, steps, min_time, seed, study, storage, space, memory_limit, memory_fraction,
-           n_trials, timeout, trial_timeout, recipe_path, warm_start_from, devices, worker, as_json) -> None:
+def search(
+    model,
+    device,
+    data,
+    seq_len,
+    warmup,
+    steps,
+    min_time,
+    seed,
+    study,
+    storage,
+    space,
+    memory_limit,
+    memory_fraction,
+    n_trials,
+    timeout,
+    trial_timeout,
+    recipe_path,
+    warm_start_from,
+    devices,
+    worker,
+    as_json,
+) -> None:
     """Run (or resume) an Optuna study over the search space and write the best recipe.
 
     Each trial runs in a fresh process and is measured in effective tokens/s; a trial
@@ -77,10 +131,24 @@ def search(model, device, data, seq_len, warmup, steps, min_time, seed, study, s
     if n_trials < 1:
         raise click.BadParameter("must be at least 1", param_hint="--n-trials")
     settings = SearchSettings(
-        model=model, device=device, data=data, seq_len=seq_len, study=study, storage=storage, space=space,
-        memory_limit_bytes=memory_limit, memory_fraction=memory_fraction, n_trials=n_trials, timeout_s=timeout,
-        trial_timeout_s=trial_timeout, warmup=warmup, steps=steps, min_time_s=min_time, seed=seed,
-        recipe=recipe_path, warm_start_from=warm_start_from,
+        model=model,
+        device=device,
+        data=data,
+        seq_len=seq_len,
+        study=study,
+        storage=storage,
+        space=space,
+        memory_limit_bytes=memory_limit,
+        memory_fraction=memory_fraction,
+        n_trials=n_trials,
+        timeout_s=timeout,
+        trial_timeout_s=trial_timeout,
+        warmup=warmup,
+        steps=steps,
+        min_time_s=min_time,
+        seed=seed,
+        recipe=recipe_path,
+        warm_start_from=warm_start_from,
     )
     reporter = _ProgressReporter(n_trials, quiet=as_json or bool(devices))
     try:

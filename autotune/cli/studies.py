@@ -59,7 +59,6 @@ def compare(refs, as_json, as_markdown) -> None:
 @click.option("--out", "out_dir", default=None, help="Folder to write (default: reports/<study>).")
 def report(study, storage, out_dir) -> None:
     """Write a study's figures (PNG), index.html and report.md: readable without Python."""
-    from pathlib import Path
 
     from autotune.present.report import write_report
     from autotune.search.storage import default_storage_url, load_study, redact
@@ -82,5 +81,7 @@ def dashboard(study, storage, port) -> None:
 
     require_dashboard()  # before anything is opened
     loaded = load_study(study, storage)
-    click.echo(f"optuna-dashboard for study {loaded.study_name}: {dashboard_url(loaded, port)}  (Ctrl-C to stop)", err=True)
+    click.echo(
+        f"optuna-dashboard for study {loaded.study_name}: {dashboard_url(loaded, port)}  (Ctrl-C to stop)", err=True
+    )
     serve_dashboard(loaded, port)

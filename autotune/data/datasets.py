@@ -249,11 +249,11 @@ def _jsonl_documents(path: Path) -> list[str]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise UsageError(
-                f"{path}:{lineno}: invalid JSON ({exc.msg}); expected an object with a \"text\" string"
+                f'{path}:{lineno}: invalid JSON ({exc.msg}); expected an object with a "text" string'
             ) from None
         text = record.get("text") if isinstance(record, dict) else None
         if not isinstance(text, str):
-            raise UsageError(f"{path}:{lineno}: expected a JSON object with a \"text\" string")
+            raise UsageError(f'{path}:{lineno}: expected a JSON object with a "text" string')
         documents.append(text)
     return documents
 

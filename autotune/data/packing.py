@@ -18,7 +18,9 @@ class PackedDataset:
     every position has a label and nothing is padded. The stream is materialized once, up
     to `max_tokens` tokens (lazily generated data has no stream to slice)."""
 
-    def __init__(self, dataset: TokenDataset, *, seq_len: int, seed: int = 0, max_tokens: int = PACKED_MAX_TOKENS) -> None:
+    def __init__(
+        self, dataset: TokenDataset, *, seq_len: int, seed: int = 0, max_tokens: int = PACKED_MAX_TOKENS
+    ) -> None:
         order = np.random.default_rng(seed).permutation(len(dataset))
         # Enough documents for max_tokens + 1 tokens by their lengths (upper bounds: may fall short).
         bounds = np.cumsum(np.asarray(dataset.lengths, dtype=np.int64)[order])

@@ -52,11 +52,10 @@ Tokenizer = ByteTokenizer | GPT2Tokenizer
 
 # tiktoken's GPT-2 files (tiktoken_ext.openai_public.gpt2) and their sha256. tiktoken caches a
 # download under sha1(url); if both are there and intact, it loads them without the network.
+_GPT2_URL = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
 _GPT2_FILES = {
-    "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/vocab.bpe":
-        "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
-    "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/encoder.json":
-        "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    _GPT2_URL + "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+    _GPT2_URL + "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
 }
 # GPT-2's pre-tokenizer pattern, as tiktoken_ext.openai_public.gpt2 gives it.
 _GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -66,7 +65,9 @@ _ANNOUNCED: set[str] = set()
 def choose_tokenizer(vocab_size: int, *, where: str = "text data") -> Tokenizer:
     """GPT-2 BPE when the model's vocabulary holds it and tiktoken has it offline; else bytes."""
     if vocab_size < 256:
-        raise UsageError(f"{where}: text needs vocab_size >= 256 for the byte-level tokenizer; this model has {vocab_size}")
+        raise UsageError(
+            f"{where}: text needs vocab_size >= 256 for the byte-level tokenizer; this model has {vocab_size}"
+        )
     if vocab_size >= GPT2_VOCAB:
         if _gpt2_encoding() is not None:
             _announce("tokenizer: tiktoken's GPT-2 encoding")
@@ -102,10 +103,15 @@ def _gpt2_encoding() -> Any:
     # reads a cached file whose hash matches instead of fetching its URL: nothing downloads.
     (vocab_url, vocab_hash), (encoder_url, encoder_hash) = _GPT2_FILES.items()
     try:
-        ranks = data_gym_to_mergeable_bpe_ranks(vocab_bpe_file=vocab_url, encoder_json_file=encoder_url,
-                                                vocab_bpe_hash=vocab_hash, encoder_json_hash=encoder_hash)
-        return tiktoken.Encoding(name="gpt2", pat_str=_GPT2_PATTERN, mergeable_ranks=ranks,
-                                 special_tokens={"<|endoftext|>": EOT_TOKEN})
+        ranks = data_gym_to_mergeable_bpe_ranks(
+            vocab_bpe_file=vocab_url,
+            encoder_json_file=encoder_url,
+            vocab_bpe_hash=vocab_hash,
+            encoder_json_hash=encoder_hash,
+        )
+        return tiktoken.Encoding(
+            name="gpt2", pat_str=_GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={"<|endoftext|>": EOT_TOKEN}
+        )
     except Exception:  # any failure to load means: not available offline
         return None
 

@@ -10,7 +10,19 @@ from autotune.device.memory import group_rss_bytes, peak_rss_bytes, total_host_m
 from autotune.device.nvml import GpuSampler, load_nvml, nvml_handle, process_gpu_memory_bytes, visible_gpu_uuids
 
 __all__ = [
-    "PEAK_FLOPS", "DeviceInfo", "GpuSampler", "describe", "group_rss_bytes", "load_nvml", "nvml_handle", "peak_flops",
-    "peak_rss_bytes", "process_gpu_memory_bytes", "resolve_device", "software_versions", "total_host_memory",
-    "visible_gpu_count", "visible_gpu_uuids",
+    "PEAK_FLOPS",
+    "DeviceInfo",
+    "GpuSampler",
+    "describe",
+    "group_rss_bytes",
+    "load_nvml",
+    "nvml_handle",
+    "peak_flops",
+    "peak_rss_bytes",
+    "process_gpu_memory_bytes",
+    "resolve_device",
+    "software_versions",
+    "total_host_memory",
+    "visible_gpu_count",
+    "visible_gpu_uuids",
 ]

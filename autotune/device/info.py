@@ -4,6 +4,7 @@ only by the functions that need it."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
 import platform
@@ -90,9 +91,13 @@ def visible_gpu_count() -> int:
 
 
 def _torch_version() -> str:
-    import torch
+    """torch's version, read from its installed metadata: no need to import torch (seconds)."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        import torch
 
-    return str(torch.__version__)
+        return str(torch.__version__)
 
 
 def software_versions() -> dict[str, str]:
@@ -101,8 +106,12 @@ def software_versions() -> dict[str, str]:
 
     from autotune._version import __version__
 
-    return {"torch": _torch_version(), "optuna": optuna.__version__, "autotune": __version__,
-            "python": platform.python_version()}
+    return {
+        "torch": _torch_version(),
+        "optuna": optuna.__version__,
+        "autotune": __version__,
+        "python": platform.python_version(),
+    }
 
 
 def _describe_cuda_nvml(index: int) -> DeviceInfo | None:

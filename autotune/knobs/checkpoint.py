@@ -16,8 +16,9 @@ from autotune.model.introspect import check_block_indices, find_blocks
 _CHECKPOINT_MARK = "__autotune_checkpointed__"
 
 
-def apply_activation_checkpointing(model: nn.Module, layers: tuple[int, ...], block_path: str | None = None,
-                                   *, will_compile: bool = False) -> nn.Module:
+def apply_activation_checkpointing(
+    model: nn.Module, layers: tuple[int, ...], block_path: str | None = None, *, will_compile: bool = False
+) -> nn.Module:
     """Recompute the chosen blocks' activations in backward instead of storing them.
 
     The block's `forward` is replaced on the instance, not wrapped in a new module, so the
@@ -42,8 +43,13 @@ def _checkpointed(forward: Callable[..., torch.Tensor], keep_sdpa_choice: bool) 
         # tensors differ and checkpoint raises. Compiled blocks bake the kernel into the graph.
         if keep_sdpa_choice:
             flags = _sdpa_flags()
-            return checkpoint(forward, *args, use_reentrant=False,
-                              context_fn=lambda: (contextlib.nullcontext(), _sdpa_flags_set(flags)), **kwargs)
+            return checkpoint(
+                forward,
+                *args,
+                use_reentrant=False,
+                context_fn=lambda: (contextlib.nullcontext(), _sdpa_flags_set(flags)),
+                **kwargs,
+            )
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
     setattr(run, _CHECKPOINT_MARK, True)

@@ -38,7 +38,9 @@ def _check_cpu(cfg: TrainConfig) -> None:
     if cfg.amp_dtype == "tf32":
         raise UnsupportedConfig("amp_dtype", "tf32 is a CUDA tensor-core format; CPUs have none")
     if cfg.sdpa_backend in ("efficient", "cudnn"):
-        raise UnsupportedConfig("sdpa_backend", f"{cfg.sdpa_backend} attention is a CUDA kernel; on CPU use math or flash")
+        raise UnsupportedConfig(
+            "sdpa_backend", f"{cfg.sdpa_backend} attention is a CUDA kernel; on CPU use math or flash"
+        )
     if cfg.compile_mode == "reduce-overhead":
         raise UnsupportedConfig("compile_mode", "reduce-overhead means CUDA graphs, which need a CUDA device")
 
@@ -49,8 +51,12 @@ def _check_cuda(cfg: TrainConfig, caps: DeviceCapabilities) -> None:
         raise UnsupportedConfig("amp_dtype", f"{cfg.amp_dtype} needs compute capability 8.0 or newer (Ampere)")
     if cfg.sdpa_backend in ("flash", "cudnn"):
         if cfg.amp_dtype not in ("float16", "bfloat16"):
-            raise UnsupportedConfig("sdpa_backend", f"{cfg.sdpa_backend} attention needs float16 or bfloat16, not {cfg.amp_dtype}")
+            raise UnsupportedConfig(
+                "sdpa_backend", f"{cfg.sdpa_backend} attention needs float16 or bfloat16, not {cfg.amp_dtype}"
+            )
         if major < 8:
-            raise UnsupportedConfig("sdpa_backend", f"{cfg.sdpa_backend} attention needs compute capability 8.0 or newer")
+            raise UnsupportedConfig(
+                "sdpa_backend", f"{cfg.sdpa_backend} attention needs compute capability 8.0 or newer"
+            )
     if cfg.compile_mode != "none" and not caps.has_triton:
         raise UnsupportedConfig("compile_mode", "torch.compile on CUDA needs triton, which is not installed")

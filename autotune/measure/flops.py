@@ -17,8 +17,9 @@ def flops_per_token(n_params: int, shape: ModelShape, width: float) -> float | N
     return 6 * n_params + 12 * shape.n_layer * shape.n_head * shape.head_dim * width
 
 
-def model_flops_utilization(tokens_per_sec: float, *, n_params: int, shape: ModelShape, width: float,
-                            device: DeviceInfo, amp_dtype: str) -> float | None:
+def model_flops_utilization(
+    tokens_per_sec: float, *, n_params: int, shape: ModelShape, width: float, device: DeviceInfo, amp_dtype: str
+) -> float | None:
     """MFU at the mean padded width of the timed batches; only useful (non-pad) tokens count.
     None where the peak is unknown (CPUs, devices missing from the table)."""
     peak = peak_flops(device.name, amp_dtype) if device.kind == "cuda" else None

@@ -15,7 +15,6 @@ Rules (gpt-fast / llm.c hygiene):
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -149,7 +148,8 @@ class _Run:
             start = time.perf_counter()
             clock.mark()
             while len(window.widths) < self.spec.steps or (
-                time.perf_counter() - start < self.spec.min_time_s and len(window.widths) < MAX_STEPS_FACTOR * self.spec.steps
+                time.perf_counter() - start < self.spec.min_time_s
+                and len(window.widths) < MAX_STEPS_FACTOR * self.spec.steps
             ):
                 t = time.perf_counter()
                 x, y = next(batches)
@@ -194,9 +194,14 @@ class _Run:
             step_time_cv=window.cv,
             data_wait_fraction=window.wait_s / window.wall_s,
             compile_time_s=compile_time,
-            mfu=model_flops_utilization(tokens_per_sec, n_params=self.n_params, shape=self.shape,
-                                        width=statistics.fmean(window.widths), device=self.info,
-                                        amp_dtype=self.cfg.amp_dtype),
+            mfu=model_flops_utilization(
+                tokens_per_sec,
+                n_params=self.n_params,
+                shape=self.shape,
+                width=statistics.fmean(window.widths),
+                device=self.info,
+                amp_dtype=self.cfg.amp_dtype,
+            ),
             peak_memory_bytes=peak,
             peak_memory_source=source,
             allocator_peak_bytes=allocator_peak,
@@ -206,9 +211,13 @@ class _Run:
             warmup_steps=len(warm_times),
             recompiles_during_timing=window.recompiles,
             final_loss=window.final_loss,
-            model={"name": self.spec.model, "non_embedding_params": self.n_params,
-                   "seq_len": self.shape.context_length, "n_layer": self.shape.n_layer,
-                   "vocab_size": self.shape.vocab_size},
+            model={
+                "name": self.spec.model,
+                "non_embedding_params": self.n_params,
+                "seq_len": self.shape.context_length,
+                "n_layer": self.shape.n_layer,
+                "vocab_size": self.shape.vocab_size,
+            },
             device=self.info.to_dict(),
             phase_s=dict(self.phase),
         )

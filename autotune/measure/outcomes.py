@@ -78,7 +78,9 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, UnsupportedConfig):
         return UNSUPPORTED, str(exc)
     if is_sdpa_unsupported_error(exc):
-        return UNSUPPORTED, "sdpa_backend: the forced attention backend cannot run these inputs (" + _first_line(exc) + ")"
+        return UNSUPPORTED, "sdpa_backend: the forced attention backend cannot run these inputs (" + _first_line(
+            exc
+        ) + ")"
     if _is_oom(exc):
         return OOM, "out of memory: " + _first_line(exc)
     return CRASHED, f"{type(exc).__name__}: {_first_line(exc)}\n{_tail(traceback.format_exception(exc))}"
@@ -115,8 +117,10 @@ def stopped_over_memory(peak_bytes: int, limit_bytes: int) -> tuple[str, str] | 
     """The CPU watchdog's verdict on a running trial's resident memory, or None to go on."""
     if peak_bytes <= RSS_KILL_FACTOR * limit_bytes:
         return None
-    return OVER_MEMORY_LIMIT, (f"resident memory {format_bytes(peak_bytes)} passed {RSS_KILL_FACTOR}x the limit "
-                               f"{format_bytes(limit_bytes)}; stopped early")
+    return OVER_MEMORY_LIMIT, (
+        f"resident memory {format_bytes(peak_bytes)} passed {RSS_KILL_FACTOR}x the limit "
+        f"{format_bytes(limit_bytes)}; stopped early"
+    )
 
 
 def classify_exit(returncode: int, stderr_tail: str) -> tuple[str, str]:
@@ -141,19 +145,29 @@ def orphaned() -> tuple[str, str]:
 # --- judging a re-measurement (verify) ------------------------------------------------------------
 
 
-def reproduction_failures(*, outcome: str, reason: str | None, tokens_per_sec: float | None,
-                          recorded_tokens_per_sec: float, tolerance: float, peak_memory_bytes: int | None,
-                          memory_limit_bytes: int | None) -> list[str]:
+def reproduction_failures(
+    *,
+    outcome: str,
+    reason: str | None,
+    tokens_per_sec: float | None,
+    recorded_tokens_per_sec: float,
+    tolerance: float,
+    peak_memory_bytes: int | None,
+    memory_limit_bytes: int | None,
+) -> list[str]:
     """Why a re-measured recipe does not reproduce its record; empty when it does."""
     failures = []
     if outcome not in MEASURED:
         failures.append(f"the run ended {outcome}" + (f": {reason.splitlines()[0]}" if reason else ""))
     if tokens_per_sec is not None and tokens_per_sec < (1 - tolerance) * recorded_tokens_per_sec:
-        failures.append(f"tokens/s is {tokens_per_sec / recorded_tokens_per_sec:.2f}x the recorded, below the "
-                        f"{1 - tolerance:.2f}x allowed")
+        failures.append(
+            f"tokens/s is {tokens_per_sec / recorded_tokens_per_sec:.2f}x the recorded, below the "
+            f"{1 - tolerance:.2f}x allowed"
+        )
     if memory_limit_bytes is not None and peak_memory_bytes is not None and peak_memory_bytes > memory_limit_bytes:
-        failures.append(f"peak memory {format_bytes(peak_memory_bytes)} is above the limit "
-                        f"{format_bytes(memory_limit_bytes)}")
+        failures.append(
+            f"peak memory {format_bytes(peak_memory_bytes)} is above the limit {format_bytes(memory_limit_bytes)}"
+        )
     if tokens_per_sec is None and not failures:
         failures.append("the run measured no tokens/s")
     return failures

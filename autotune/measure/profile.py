@@ -96,9 +96,20 @@ class ProfileReport:
         return data
 
 
-def profile_config(cfg: TrainConfig, *, model_name: str | None, seq_len: int | None = None, device: str = "auto",
-                   steps: int = 10, out_dir: str | Path, model: nn.Module | None = None, data: str = "synthetic",
-                   warmup: int = 2, seed: int = 0, top: int = 15) -> ProfileReport:
+def profile_config(
+    cfg: TrainConfig,
+    *,
+    model_name: str | None,
+    seq_len: int | None = None,
+    device: str = "auto",
+    steps: int = 10,
+    out_dir: str | Path,
+    model: nn.Module | None = None,
+    data: str = "synthetic",
+    warmup: int = 2,
+    seed: int = 0,
+    top: int = 15,
+) -> ProfileReport:
     """Profile `steps` training steps of `cfg` (after `warmup` unprofiled ones, where
     compilation happens) on `device`, with the model named `model_name` or the given `model`
     (its blocks at a standard location; see `model.introspect.find_blocks`). Writes
@@ -124,8 +135,15 @@ def profile_config(cfg: TrainConfig, *, model_name: str | None, seq_len: int | N
     model.to(target).train()
     apply_model_knobs(model, cfg)
     optimizer = make_optimizer(model, target)
-    step = make_train_step(model, optimizer, grad_scaler(info.kind, cfg.amp_dtype), device=target,
-                           device_kind=info.kind, cfg=cfg, annotate=True)
+    step = make_train_step(
+        model,
+        optimizer,
+        grad_scaler(info.kind, cfg.amp_dtype),
+        device=target,
+        device_kind=info.kind,
+        cfg=cfg,
+        annotate=True,
+    )
     dataset = make_dataset(data, vocab_size=shape.vocab_size, seq_len=shape.context_length, seed=seed)
     batches = endless_batches(build_dataloader(dataset, cfg, seq_len=shape.context_length, seed=seed))
     sync = (lambda: torch.cuda.synchronize(target)) if info.kind == "cuda" else (lambda: None)
@@ -151,13 +169,24 @@ def profile_config(cfg: TrainConfig, *, model_name: str | None, seq_len: int | N
     seconds, ops = attribute(prof.events(), device_time=info.kind == "cuda")
     shares, seconds = _shares(seconds, wall)
     total = max(wall, sum(seconds.values()))
-    top_ops = [OpTime(op, cat, t, calls, t / total) for (op, cat), (t, calls) in
-               sorted(ops.items(), key=lambda kv: -kv[1][0])[:top]]
+    top_ops = [
+        OpTime(op, cat, t, calls, t / total)
+        for (op, cat), (t, calls) in sorted(ops.items(), key=lambda kv: -kv[1][0])[:top]
+    ]
     return ProfileReport(
-        model=str(model_name or type(model).__name__), device=device, device_name=info.name, config=cfg.to_dict(),
-        steps=steps, warmup_steps=warmed, wall_s=wall,
+        model=str(model_name or type(model).__name__),
+        device=device,
+        device_name=info.name,
+        config=cfg.to_dict(),
+        steps=steps,
+        warmup_steps=warmed,
+        wall_s=wall,
         time_basis="self device time" if info.kind == "cuda" else "self CPU time",
-        seconds=seconds, shares=shares, top_ops=top_ops, tokens=tokens, trace_path=str(trace),
+        seconds=seconds,
+        shares=shares,
+        top_ops=top_ops,
+        tokens=tokens,
+        trace_path=str(trace),
     )
 
 
@@ -240,14 +269,74 @@ def category_of(ev: Any) -> str:
 
 
 _ATTENTION_MARKS = ("scaleddotproduct", "flashattention", "efficientattention", "cudnnattention", "flashattn", "sdpa")
-_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "linear", "matmul", "addmv", "mv", "dot", "addmmactivation",
-            "einsum", "mkldnnlinear", "mkllinear", "scaledmm", "intmm"}
-_ELEMENTWISE = {"layernorm", "nativelayernorm", "rmsnorm", "fusedrmsnorm", "groupnorm", "nativegroupnorm",
-                "batchnorm", "nativebatchnorm", "gelu", "softmax", "logsoftmax", "dropout", "nativedropout",
-                "copy", "tocopy", "to", "add", "mul", "div", "sub", "rsub", "fill", "zero", "neg", "exp", "where",
-                "clone", "contiguous", "nllloss", "nlllossnd", "nllloss2d", "crossentropyloss", "crossentropy",
-                "sum", "mean", "pow", "sqrt", "rsqrt", "tanh", "relu", "silu", "sigmoid", "maskedfill",
-                "threshold", "addcmul", "addcdiv", "lerp", "mse", "mseloss"}
+_MATMULS = {
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "linear",
+    "matmul",
+    "addmv",
+    "mv",
+    "dot",
+    "addmmactivation",
+    "einsum",
+    "mkldnnlinear",
+    "mkllinear",
+    "scaledmm",
+    "intmm",
+}
+_ELEMENTWISE = {
+    "layernorm",
+    "nativelayernorm",
+    "rmsnorm",
+    "fusedrmsnorm",
+    "groupnorm",
+    "nativegroupnorm",
+    "batchnorm",
+    "nativebatchnorm",
+    "gelu",
+    "softmax",
+    "logsoftmax",
+    "dropout",
+    "nativedropout",
+    "copy",
+    "tocopy",
+    "to",
+    "add",
+    "mul",
+    "div",
+    "sub",
+    "rsub",
+    "fill",
+    "zero",
+    "neg",
+    "exp",
+    "where",
+    "clone",
+    "contiguous",
+    "nllloss",
+    "nlllossnd",
+    "nllloss2d",
+    "crossentropyloss",
+    "crossentropy",
+    "sum",
+    "mean",
+    "pow",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "relu",
+    "silu",
+    "sigmoid",
+    "maskedfill",
+    "threshold",
+    "addcmul",
+    "addcdiv",
+    "lerp",
+    "mse",
+    "mseloss",
+}
 _COMPILED_MARKS = ("triton", "cppfused", "compiledfunction", "torchcompiledregion", "compiledfxgraph")
 
 

@@ -13,18 +13,26 @@ from autotune.config import IGNORE_INDEX, TrainConfig
 from autotune.errors import UsageError
 from autotune.knobs.precision import training_context
 
-
 OPTIMIZER_REGION = "autotune:optimizer"  # profiler label of the optimizer step (see measure/profile.py)
 
 
-def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, *,
-                    device: torch.device, device_kind: str, cfg: TrainConfig,
-                    annotate: bool = False) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def make_train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    *,
+    device: torch.device,
+    device_kind: str,
+    cfg: TrainConfig,
+    annotate: bool = False,
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """One training step, as every autotune loop runs it (measure, verify, profile): copy the
     batch to the device, forward under the config's precision and SDPA backend, scaled
     backward, optimizer step. `annotate` labels the optimizer step OPTIMIZER_REGION for the
     profiler; off when measuring, where even an idle record_function costs a little."""
-    optimizer_region = (lambda: torch.profiler.record_function(OPTIMIZER_REGION)) if annotate else contextlib.nullcontext
+    optimizer_region = (
+        (lambda: torch.profiler.record_function(OPTIMIZER_REGION)) if annotate else contextlib.nullcontext
+    )
 
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # non_blocking pairs with pin_memory: from pinned memory the copy overlaps compute.

@@ -7,5 +7,14 @@ from autotune.model.gpt import GPT, MODEL_SIZES, GPTConfig
 from autotune.model.introspect import ModelShape, find_blocks, model_shape, non_embedding_params
 from autotune.model.load import build_model, check_model_name
 
-__all__ = ["GPT", "MODEL_SIZES", "GPTConfig", "ModelShape", "build_model", "check_model_name", "find_blocks",
-           "model_shape", "non_embedding_params"]
+__all__ = [
+    "GPT",
+    "MODEL_SIZES",
+    "GPTConfig",
+    "ModelShape",
+    "build_model",
+    "check_model_name",
+    "find_blocks",
+    "model_shape",
+    "non_embedding_params",
+]

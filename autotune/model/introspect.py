@@ -10,8 +10,16 @@ import torch.nn as nn
 from autotune.errors import UsageError
 
 # Where blocks live in common codebases, tried in this order.
-BLOCK_PATHS = ("transformer.h", "model.layers", "layers", "blocks", "transformer.layers",
-               "gpt_neox.layers", "model.decoder.layers", "h")
+BLOCK_PATHS = (
+    "transformer.h",
+    "model.layers",
+    "layers",
+    "blocks",
+    "transformer.layers",
+    "gpt_neox.layers",
+    "model.decoder.layers",
+    "h",
+)
 
 
 def find_blocks(model: nn.Module, block_path: str | None = None) -> nn.ModuleList:

@@ -17,11 +17,19 @@ from autotune.config import KNOBS, normalize_config_dict
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.present.importance import TOP_IMPORTANCES, Importance, knob_importance
-from autotune.present.text import (counts_text, device_memory_text, format_pct, format_rate, format_ratio,
-                                   markdown_table, memory_text, table, value_text)
+from autotune.present.text import (
+    counts_text,
+    device_memory_text,
+    format_pct,
+    format_rate,
+    format_ratio,
+    markdown_table,
+    memory_text,
+    table,
+    value_text,
+)
 from autotune.search.storage import load_ref, redact
 from autotune.search.study import StudySummary, is_feasible_ok, summarize, tokens_per_sec, trial_measurement
-
 
 # --- facts about one study ---------------------------------------------------------------------
 
@@ -106,8 +114,13 @@ class CrossResult:
 
 
 def _finished_with_config(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
-    return [t for t in trials if t.user_attrs.get("config") is not None and t.user_attrs.get("outcome")
-            and t.user_attrs.get("outcome") != outcomes.INTERRUPTED]
+    return [
+        t
+        for t in trials
+        if t.user_attrs.get("config") is not None
+        and t.user_attrs.get("outcome")
+        and t.user_attrs.get("outcome") != outcomes.INTERRUPTED
+    ]
 
 
 def cross_apply(source: StudyView, target: StudyView) -> CrossResult | None:
@@ -124,8 +137,14 @@ def cross_apply(source: StudyView, target: StudyView) -> CrossResult | None:
         trial = max(exact, key=lambda t: (t.user_attrs["outcome"] in outcomes.MEASURED, tokens_per_sec(t) or 0.0))
         result.match = "exact"
     elif measured:
-        trial = min(measured, key=lambda t: (len(differing_knobs(config, t.user_attrs["config"])), not is_feasible_ok(t),
-                                             -(tokens_per_sec(t) or 0.0)))
+        trial = min(
+            measured,
+            key=lambda t: (
+                len(differing_knobs(config, t.user_attrs["config"])),
+                not is_feasible_ok(t),
+                -(tokens_per_sec(t) or 0.0),
+            ),
+        )
         result.match = "nearest"
         result.differs = differing_knobs(config, trial.user_attrs["config"])
     else:
@@ -163,8 +182,9 @@ def load_comparison(refs: Sequence[str]) -> Comparison:
     """Load every REF and compare them. Studies with one name get their REF as the label."""
     studies = [(ref, load_ref(ref)) for ref in refs]
     names = [s.study_name for _, s in studies]
-    views = [view_study(s, ref, label=s.study_name if names.count(s.study_name) == 1 else redact(ref))
-             for ref, s in studies]
+    views = [
+        view_study(s, ref, label=s.study_name if names.count(s.study_name) == 1 else redact(ref)) for ref, s in studies
+    ]
     return compare_views(views)
 
 
@@ -182,8 +202,10 @@ def comparability_notes(views: Sequence[StudyView]) -> list[str]:
     for key, what in (("model", "models"), ("data", "data"), ("seq_len", "context lengths")):
         values = {str(v.attrs[key]) for v in views if v.attrs.get(key) is not None}
         if len(values) > 1:
-            notes.append(f"the studies tuned different {what} ({', '.join(sorted(values))}): "
-                         "their tokens/s are not directly comparable")
+            notes.append(
+                f"the studies tuned different {what} ({', '.join(sorted(values))}): "
+                "their tokens/s are not directly comparable"
+            )
     return notes
 
 
@@ -205,13 +227,23 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
     row("best trial", (f"#{v.summary.best.number}" if v.summary.best else "none within the limit" for v in views))
     row("effective tokens/s", (format_rate(tokens_per_sec(v.summary.best)) if v.summary.best else "n/a" for v in views))
     row("MFU", (format_pct(v.best_measurement.mfu if v.best_measurement else None) for v in views))
-    row("peak memory / limit", (memory_text(v.best_measurement.peak_memory_bytes if v.best_measurement else None,
-                                            v.attrs.get("memory_limit_bytes")) for v in views))
+    row(
+        "peak memory / limit",
+        (
+            memory_text(
+                v.best_measurement.peak_memory_bytes if v.best_measurement else None, v.attrs.get("memory_limit_bytes")
+            )
+            for v in views
+        ),
+    )
     row("speedup vs baseline", (format_ratio(v.summary.speedup(v.summary.baseline)) for v in views))
     row("speedup vs checklist", (format_ratio(v.summary.speedup(v.summary.checklist)) for v in views))
     for knob in comp.knobs:
         mark = "* " if knob in comp.differ else "  "
-        row(f"{mark}{knob}", (value_text(normalize_config_dict(v.best_config).get(knob)) if v.best_config else "-" for v in views))
+        row(
+            f"{mark}{knob}",
+            (value_text(normalize_config_dict(v.best_config).get(knob)) if v.best_config else "-" for v in views),
+        )
     for i in range(TOP_IMPORTANCES):
         cells = []
         for v in views:
@@ -221,8 +253,10 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
             else:
                 cells.append(f"{top[i][0]} ({100 * top[i][1]:.0f}%)" if i < len(top) else "")
         row(f"important knob {i + 1}", cells)
-    row("trials", (f"{len(v.summary.trials)}: {counts_text(v.summary.counts)}" if v.summary.trials else "0"
-                   for v in views))
+    row(
+        "trials",
+        (f"{len(v.summary.trials)}: {counts_text(v.summary.counts)}" if v.summary.trials else "0" for v in views),
+    )
     return ["", *[v.label for v in views]], rows
 
 
@@ -235,8 +269,11 @@ def _differ_note(comp: Comparison) -> str:
 
 
 def cross_lines(comp: Comparison) -> list[str]:
-    no_best = [f"{v.label} has no best (no trial within its memory limit) to try elsewhere" for v in comp.views
-               if v.summary.best is None]
+    no_best = [
+        f"{v.label} has no best (no trial within its memory limit) to try elsewhere"
+        for v in comp.views
+        if v.summary.best is None
+    ]
     return [c.text() for c in comp.cross] + no_best
 
 
@@ -270,9 +307,14 @@ def _view_dict(v: StudyView) -> dict[str, Any]:
         "model": v.attrs.get("model"),
         "seq_len": v.attrs.get("seq_len"),
         "memory_limit_bytes": v.attrs.get("memory_limit_bytes"),
-        "best": None if best is None else {
-            "trial": best.number, "config": normalize_config_dict(v.best_config), "tokens_per_sec": tokens_per_sec(best),
-            "mfu": m.mfu if m else None, "peak_memory_bytes": m.peak_memory_bytes if m else None,
+        "best": None
+        if best is None
+        else {
+            "trial": best.number,
+            "config": normalize_config_dict(v.best_config),
+            "tokens_per_sec": tokens_per_sec(best),
+            "mfu": m.mfu if m else None,
+            "peak_memory_bytes": m.peak_memory_bytes if m else None,
         },
         "speedup_vs_baseline": v.summary.speedup(v.summary.baseline),
         "speedup_vs_checklist": v.summary.speedup(v.summary.checklist),

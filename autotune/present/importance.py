@@ -34,8 +34,14 @@ class Importance:
 def importance_trials(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
     """COMPLETE trials the sampler chose (references carry no params) and that were
     run, not reused: a duplicate would count one measurement twice."""
-    return [t for t in trials if t.state == TrialState.COMPLETE and not t.user_attrs.get("reference")
-            and "duplicate_of" not in t.user_attrs and t.params]
+    return [
+        t
+        for t in trials
+        if t.state == TrialState.COMPLETE
+        and not t.user_attrs.get("reference")
+        and "duplicate_of" not in t.user_attrs
+        and t.params
+    ]
 
 
 def knob_importance(trials: Sequence[FrozenTrial]) -> Importance:

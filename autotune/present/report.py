@@ -29,22 +29,31 @@ from autotune.config import normalize_config_dict
 from autotune.errors import AutotuneError
 from autotune.measure import outcomes
 from autotune.present.importance import Importance, knob_importance
-from autotune.present.text import (config_summary, counts_text, format_bytes, format_pct, format_rate, format_ratio,
-                                   markdown_table, memory_text, value_text)
+from autotune.present.text import (
+    config_summary,
+    counts_text,
+    format_bytes,
+    format_pct,
+    format_rate,
+    format_ratio,
+    markdown_table,
+    memory_text,
+    value_text,
+)
 from autotune.search.study import StudySummary, is_feasible_ok, summarize, tokens_per_sec, trial_measurement
 
 DPI = 120
 CAPTIONS = {
     "history": "Effective tokens/s of every measured trial, in the order they ran, with the best feasible "
-               "result so far and the two reference trials (baseline: the untuned fp32 set-up; checklist: "
-               "everything switched on).",
+    "result so far and the two reference trials (baseline: the untuned fp32 set-up; checklist: "
+    "everything switched on).",
     "memory": "Effective tokens/s against peak memory. Circled: the Pareto front, the trials no other "
-              "feasible trial beats on both speed and memory. Crosses broke the memory limit.",
+    "feasible trial beats on both speed and memory. Crosses broke the memory limit.",
     "importance": "How much each knob explains the spread of tokens/s over the searched trials "
-                  "(Optuna's default importance evaluator; references and reused duplicates left out).",
+    "(Optuna's default importance evaluator; references and reused duplicates left out).",
     "knobs": "Per knob, the tokens/s of the searched trials that ran within the memory limit, at each value "
-             "(points jittered sideways; boxes where a value has three or more trials). Reference trials are "
-             "left out: they change several knobs at once.",
+    "(points jittered sideways; boxes where a value has three or more trials). Reference trials are "
+    "left out: they change several knobs at once.",
 }
 COLORS = {"ok": "#1f77b4", "best": "#ff7f0e", "baseline": "#2ca02c", "checklist": "#9467bd", "bad": "#d62728"}
 
@@ -79,15 +88,26 @@ def trial_points(summary: StudySummary) -> list[Point]:
             rate = 0.0
         else:
             continue
-        points.append(Point(t.number, rate, t.user_attrs.get("peak_memory_bytes"), outcome, is_feasible_ok(t),
-                            t.user_attrs.get("reference"), t.user_attrs.get("config")))
+        points.append(
+            Point(
+                t.number,
+                rate,
+                t.user_attrs.get("peak_memory_bytes"),
+                outcome,
+                is_feasible_ok(t),
+                t.user_attrs.get("reference"),
+                t.user_attrs.get("config"),
+            )
+        )
     return points
 
 
 def pareto_front(points: Sequence[Point]) -> list[Point]:
     """Feasible points not beaten on both more tokens/s and less peak memory, by memory."""
     front: list[Point] = []
-    for p in sorted((p for p in points if p.feasible and p.peak is not None), key=lambda p: (p.peak, -p.tokens_per_sec)):
+    for p in sorted(
+        (p for p in points if p.feasible and p.peak is not None), key=lambda p: (p.peak, -p.tokens_per_sec)
+    ):
         if not front or p.tokens_per_sec > front[-1].tokens_per_sec:
             front.append(p)
     return front
@@ -116,8 +136,16 @@ def _title(study: optuna.Study, what: str) -> str:
 def _message(fig, text: str) -> None:
     ax = fig.add_subplot()
     ax.set_axis_off()
-    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=12, wrap=True,
-            bbox={"boxstyle": "round", "facecolor": "#f3f3f3", "edgecolor": "#999999"})
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        ha="center",
+        va="center",
+        fontsize=12,
+        wrap=True,
+        bbox={"boxstyle": "round", "facecolor": "#f3f3f3", "edgecolor": "#999999"},
+    )
 
 
 def history_figure(study: optuna.Study, summary: StudySummary):
@@ -136,8 +164,16 @@ def history_figure(study: optuna.Study, summary: StudySummary):
     ]
     for label, group, marker, color in groups:
         if group:
-            ax.scatter([p.number for p in group], [p.tokens_per_sec for p in group], marker=marker, color=color,
-                       s=40, zorder=3, label=label, clip_on=False)
+            ax.scatter(
+                [p.number for p in group],
+                [p.tokens_per_sec for p in group],
+                marker=marker,
+                color=color,
+                s=40,
+                zorder=3,
+                label=label,
+                clip_on=False,
+            )
     best_x, best_y, best = [], [], None
     for p in sorted(points, key=lambda p: p.number):
         if p.feasible and (best is None or p.tokens_per_sec > best):
@@ -146,17 +182,35 @@ def history_figure(study: optuna.Study, summary: StudySummary):
             best_x.append(p.number)
             best_y.append(best)
     if best_x:
-        ax.step(best_x, best_y, where="post", color=COLORS["best"], linewidth=2, zorder=2, label="best so far (feasible)")
-    for name, ref, style, marker in (("baseline", summary.baseline, "--", "s"), ("checklist", summary.checklist, ":", "D")):
+        ax.step(
+            best_x, best_y, where="post", color=COLORS["best"], linewidth=2, zorder=2, label="best so far (feasible)"
+        )
+    for name, ref, style, marker in (
+        ("baseline", summary.baseline, "--", "s"),
+        ("checklist", summary.checklist, ":", "D"),
+    ):
         if ref is not None:
             rate = tokens_per_sec(ref)
-            ax.axhline(rate, color=COLORS[name], linestyle=style, linewidth=1.5,
-                       label=f"{name} (#{ref.number}): {rate:,.0f} tokens/s")
+            ax.axhline(
+                rate,
+                color=COLORS[name],
+                linestyle=style,
+                linewidth=1.5,
+                label=f"{name} (#{ref.number}): {rate:,.0f} tokens/s",
+            )
             ax.scatter([ref.number], [rate], marker=marker, color=COLORS[name], s=55, zorder=4)
-    missing = {k: n for k, n in summary.counts.items() if k not in (outcomes.OK, outcomes.OVER_MEMORY_LIMIT, outcomes.OOM)}
+    missing = {
+        k: n for k, n in summary.counts.items() if k not in (outcomes.OK, outcomes.OVER_MEMORY_LIMIT, outcomes.OOM)
+    }
     if missing:
-        ax.text(0.01, 0.02, "not plotted (no throughput): " + counts_text(missing), transform=ax.transAxes,
-                fontsize=9, color="#555555")
+        ax.text(
+            0.01,
+            0.02,
+            "not plotted (no throughput): " + counts_text(missing),
+            transform=ax.transAxes,
+            fontsize=9,
+            color="#555555",
+        )
     ax.set_ylim(bottom=0, top=max(p.tokens_per_sec for p in points) * 1.12)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     _rate_axis(ax.yaxis)
@@ -170,7 +224,7 @@ def history_figure(study: optuna.Study, summary: StudySummary):
 
 def _memory_unit(values: Sequence[float]) -> tuple[str, float]:
     top = max(values) if values else 0
-    return ("GiB", 2.0 ** 30) if top >= 2 * 2 ** 30 else ("MiB", 2.0 ** 20)
+    return ("GiB", 2.0**30) if top >= 2 * 2**30 else ("MiB", 2.0**20)
 
 
 def memory_figure(study: optuna.Study, summary: StudySummary):
@@ -187,28 +241,71 @@ def memory_figure(study: optuna.Study, summary: StudySummary):
     feasible = [p for p in points if p.feasible]
     infeasible = [p for p in points if not p.feasible]
     if feasible:
-        ax.scatter([p.peak / scale for p in feasible], [p.tokens_per_sec for p in feasible], color=COLORS["ok"], s=40,
-                   zorder=3, label="ok (within the memory limit)")
+        ax.scatter(
+            [p.peak / scale for p in feasible],
+            [p.tokens_per_sec for p in feasible],
+            color=COLORS["ok"],
+            s=40,
+            zorder=3,
+            label="ok (within the memory limit)",
+        )
     if infeasible:
-        ax.scatter([p.peak / scale for p in infeasible], [p.tokens_per_sec for p in infeasible], marker="x",
-                   color=COLORS["bad"], s=50, zorder=3, label="over the memory limit")
+        ax.scatter(
+            [p.peak / scale for p in infeasible],
+            [p.tokens_per_sec for p in infeasible],
+            marker="x",
+            color=COLORS["bad"],
+            s=50,
+            zorder=3,
+            label="over the memory limit",
+        )
     front = pareto_front(points)
     if front:
-        ax.step([p.peak / scale for p in front], [p.tokens_per_sec for p in front], where="post", color=COLORS["best"],
-                linewidth=1.5, zorder=2)
-        ax.scatter([p.peak / scale for p in front], [p.tokens_per_sec for p in front], s=160, facecolors="none",
-                   edgecolors=COLORS["best"], linewidths=2, zorder=4, label="Pareto front (max tokens/s, min memory)")
+        ax.step(
+            [p.peak / scale for p in front],
+            [p.tokens_per_sec for p in front],
+            where="post",
+            color=COLORS["best"],
+            linewidth=1.5,
+            zorder=2,
+        )
+        ax.scatter(
+            [p.peak / scale for p in front],
+            [p.tokens_per_sec for p in front],
+            s=160,
+            facecolors="none",
+            edgecolors=COLORS["best"],
+            linewidths=2,
+            zorder=4,
+            label="Pareto front (max tokens/s, min memory)",
+        )
     for p in points:
         tag = f"#{p.number}" + (f" {p.reference}" if p.reference else "")
-        ax.annotate(tag, (p.peak / scale, p.tokens_per_sec), textcoords="offset points", xytext=(6, 4), fontsize=8,
-                    color="#444444")
+        ax.annotate(
+            tag,
+            (p.peak / scale, p.tokens_per_sec),
+            textcoords="offset points",
+            xytext=(6, 4),
+            fontsize=8,
+            color="#444444",
+        )
     if limit and limit_on_scale:
-        ax.axvline(limit / scale, color=COLORS["bad"], linestyle="--", linewidth=1.5,
-                   label=f"memory limit {format_bytes(limit)}")
+        ax.axvline(
+            limit / scale,
+            color=COLORS["bad"],
+            linestyle="--",
+            linewidth=1.5,
+            label=f"memory limit {format_bytes(limit)}",
+        )
     elif limit:  # a limit far beyond every trial would squash the points against the axis
-        ax.plot([], [], color=COLORS["bad"], linestyle="--",
-                label=f"memory limit {format_bytes(limit)} (off the scale: every trial used "
-                      f"{100 * max(peaks) / limit:.0f}% or less)")
+        ax.plot(
+            [],
+            [],
+            color=COLORS["bad"],
+            linestyle="--",
+            label=f"memory limit {format_bytes(limit)} (off the scale: every trial used "
+            f"{100 * max(peaks) / limit:.0f}% or less)",
+        )
     sources = (m.peak_memory_source for m in map(trial_measurement, summary.trials) if m is not None)
     source = next((s for s in sources if s), None)
     ax.set_xlabel(f"peak memory ({unit}" + (f", {source}" if source else "") + ")")
@@ -286,12 +383,21 @@ def knobs_figure(study: optuna.Study, summary: StudySummary):
         for x, value in enumerate(labels):
             rates = by_value[value]
             if len(rates) >= 3:
-                ax.boxplot([rates], positions=[x], widths=0.5, showfliers=False, manage_ticks=False,
-                           medianprops={"color": COLORS["best"]})
+                ax.boxplot(
+                    [rates],
+                    positions=[x],
+                    widths=0.5,
+                    showfliers=False,
+                    manage_ticks=False,
+                    medianprops={"color": COLORS["best"]},
+                )
             jitter = rng.uniform(-0.12, 0.12, len(rates)) if len(rates) > 1 else np.zeros(1)
             ax.scatter(x + jitter, rates, color=COLORS["ok"], s=22, alpha=0.8, zorder=3)
-        ax.set_xticks(range(len(labels)), [f"{v}\n(n={len(by_value[v])})" for v in labels],
-                      fontsize=8 if len(labels) <= 6 else 6.5)
+        ax.set_xticks(
+            range(len(labels)),
+            [f"{v}\n(n={len(by_value[v])})" for v in labels],
+            fontsize=8 if len(labels) <= 6 else 6.5,
+        )
         ax.set_xlim(-0.6, len(labels) - 0.4)
         ax.set_ylim(bottom=0)
         ax.set_title(knob, fontsize=11)
@@ -325,8 +431,10 @@ def _measurement_rows(summary: StudySummary, limit: int | None) -> list[list[str
         ["step time (median)", f"{1000 * m.step_time_median_s:.1f} ms" if m.step_time_median_s else "n/a"],
         ["step time CV", format_pct(m.step_time_cv)],
         ["MFU", format_pct(m.mfu)],
-        ["peak memory / limit", memory_text(m.peak_memory_bytes, limit)
-         + (f" ({m.peak_memory_source})" if m.peak_memory_source else "")],
+        [
+            "peak memory / limit",
+            memory_text(m.peak_memory_bytes, limit) + (f" ({m.peak_memory_source})" if m.peak_memory_source else ""),
+        ],
         ["speedup vs baseline", format_ratio(summary.speedup(summary.baseline))],
         ["speedup vs checklist", format_ratio(summary.speedup(summary.checklist))],
     ]
@@ -339,8 +447,16 @@ def _top_trials(summary: StudySummary, n: int = 10) -> list[list[str]]:
     for t in measured[:n]:
         a = t.user_attrs
         tag = a.get("reference") or ("warm start" if a.get("warm_start_from") else "")
-        rows.append([f"#{t.number}", a.get("outcome", ""), format_rate(tokens_per_sec(t)), format_bytes(a.get("peak_memory_bytes")),
-                     tag, config_summary(a["config"]) if a.get("config") else ""])
+        rows.append(
+            [
+                f"#{t.number}",
+                a.get("outcome", ""),
+                format_rate(tokens_per_sec(t)),
+                format_bytes(a.get("peak_memory_bytes")),
+                tag,
+                config_summary(a["config"]) if a.get("config") else "",
+            ]
+        )
     return rows
 
 
@@ -350,7 +466,10 @@ def report_sections(study: optuna.Study, summary: StudySummary, importance: Impo
     software = (attrs.get("autotune") or {}).get("software") or {}
     limit = attrs.get("memory_limit_bytes")
     about = [
-        ["model", f"{attrs.get('model', '?')} (context {attrs.get('seq_len', '?')}, {attrs.get('n_layer', '?')} blocks)"],
+        [
+            "model",
+            f"{attrs.get('model', '?')} (context {attrs.get('seq_len', '?')}, {attrs.get('n_layer', '?')} blocks)",
+        ],
         ["data", str(attrs.get("data", "?"))],
         ["device", f"{hw.get('name', '?')} ({hw.get('kind', '?')})"],
         ["device memory", format_bytes(hw.get("total_memory_bytes")) if hw.get("total_memory_bytes") else "n/a"],
@@ -365,21 +484,42 @@ def report_sections(study: optuna.Study, summary: StudySummary, importance: Impo
         sections.append(Section("Best configuration", ["", ""], [], note="no trial fits the memory limit yet"))
     else:
         config = normalize_config_dict(summary.best.user_attrs["config"])
-        sections.append(Section(f"Best configuration (trial #{summary.best.number})", ["knob", "value"],
-                                [[k, value_text(v)] for k, v in config.items()]))
+        sections.append(
+            Section(
+                f"Best configuration (trial #{summary.best.number})",
+                ["knob", "value"],
+                [[k, value_text(v)] for k, v in config.items()],
+            )
+        )
         sections.append(Section("Its measurement", ["", ""], _measurement_rows(summary, limit)))
-    refs = [[name, f"#{t.number}", format_rate(tokens_per_sec(t))] for name, t in
-            (("baseline", summary.baseline), ("checklist", summary.checklist)) if t is not None]
+    refs = [
+        [name, f"#{t.number}", format_rate(tokens_per_sec(t))]
+        for name, t in (("baseline", summary.baseline), ("checklist", summary.checklist))
+        if t is not None
+    ]
     if refs:
         sections.append(Section("Reference trials", ["reference", "trial", "effective tokens/s"], refs))
-    sections.append(Section("Outcomes", ["outcome", "trials"],
-                            [[k, str(n)] for k, n in sorted(summary.counts.items(), key=lambda kv: (-kv[1], kv[0]))],
-                            note=None if summary.trials else "no trials yet"))
-    sections.append(Section(f"Knob importance ({importance.n_trials} searched trials)", ["knob", "importance"],
-                            [[k, f"{100 * v:.0f}%"] for k, v in importance.top(len(importance.values or {}))],
-                            note=importance.note))
-    sections.append(Section("Top trials", ["trial", "outcome", "tokens/s", "peak memory", "note", "configuration"],
-                            _top_trials(summary)))
+    sections.append(
+        Section(
+            "Outcomes",
+            ["outcome", "trials"],
+            [[k, str(n)] for k, n in sorted(summary.counts.items(), key=lambda kv: (-kv[1], kv[0]))],
+            note=None if summary.trials else "no trials yet",
+        )
+    )
+    sections.append(
+        Section(
+            f"Knob importance ({importance.n_trials} searched trials)",
+            ["knob", "importance"],
+            [[k, f"{100 * v:.0f}%"] for k, v in importance.top(len(importance.values or {}))],
+            note=importance.note,
+        )
+    )
+    sections.append(
+        Section(
+            "Top trials", ["trial", "outcome", "tokens/s", "peak memory", "note", "configuration"], _top_trials(summary)
+        )
+    )
     return sections
 
 
@@ -402,26 +542,32 @@ def _html_table(section: Section) -> str:
     if section.note:
         out.append(f"<p>{e(section.note)}</p>")
     if section.rows:
-        head = "" if not any(section.headers) else "<tr>" + "".join(f"<th>{e(h)}</th>" for h in section.headers) + "</tr>"
+        head = (
+            "" if not any(section.headers) else "<tr>" + "".join(f"<th>{e(h)}</th>" for h in section.headers) + "</tr>"
+        )
         body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in section.rows)
         out.append(f"<table>{head}{body}</table>")
     return "\n".join(out)
 
 
-def render_html(study: optuna.Study, sections: Sequence[Section], images: dict[str, Path], storage: str | None,
-                created: str) -> str:
+def render_html(
+    study: optuna.Study, sections: Sequence[Section], images: dict[str, Path], storage: str | None, created: str
+) -> str:
     e = html.escape
     figures = "\n".join(
         f'<figure><img src="{e(path.name)}" alt="{e(name)} plot"><figcaption>{e(CAPTIONS[name])}</figcaption></figure>'
-        for name, path in images.items())
+        for name, path in images.items()
+    )
     hint = f"autotune dashboard --study {study.study_name}" + (f" --storage {storage}" if storage else "")
     parts = [
-        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         f"<title>autotune report: {e(study.study_name)}</title><style>{_CSS}</style></head><body>",
         f"<h1>autotune report: study {e(study.study_name)}</h1>",
         f'<p class="meta">written {e(created)}' + (f" from <code>{e(storage)}</code>" if storage else "") + "</p>",
         *(_html_table(s) for s in sections[:-1]),
-        "<h2>Figures</h2>", figures,
+        "<h2>Figures</h2>",
+        figures,
         _html_table(sections[-1]),
         f"<p>To explore every trial interactively: <code>{e(hint)}</code></p>",
         "</body></html>",
@@ -429,10 +575,15 @@ def render_html(study: optuna.Study, sections: Sequence[Section], images: dict[s
     return "\n".join(parts) + "\n"
 
 
-def render_markdown(study: optuna.Study, sections: Sequence[Section], images: dict[str, Path], storage: str | None,
-                    created: str) -> str:
-    out = [f"# autotune report: study {study.study_name}", "",
-           f"written {created}" + (f" from `{storage}`" if storage else ""), ""]
+def render_markdown(
+    study: optuna.Study, sections: Sequence[Section], images: dict[str, Path], storage: str | None, created: str
+) -> str:
+    out = [
+        f"# autotune report: study {study.study_name}",
+        "",
+        f"written {created}" + (f" from `{storage}`" if storage else ""),
+        "",
+    ]
 
     def add(section: Section) -> None:
         out.extend([f"## {section.title}", ""])

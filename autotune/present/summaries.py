@@ -8,14 +8,24 @@ from typing import Any
 
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
-from autotune.present.text import config_summary, counts_text, format_bytes, format_pct, format_rate, format_ratio, table
+from autotune.present.text import (
+    config_summary,
+    counts_text,
+    format_bytes,
+    format_pct,
+    format_rate,
+    format_ratio,
+    table,
+)
 from autotune.search.storage import redact
 from autotune.search.study import trial_measurement
 
 
 def format_measurement(m: Measurement) -> str:
     device = m.device.get("name", "?")
-    lines = [f"{m.model.get('name', '')} on {device}: {m.outcome}" + (f" ({m.reason.splitlines()[0]})" if m.reason else "")]
+    lines = [
+        f"{m.model.get('name', '')} on {device}: {m.outcome}" + (f" ({m.reason.splitlines()[0]})" if m.reason else "")
+    ]
     lines.append(f"  config              {config_summary(m.config)}")
     if m.tokens_per_sec is None:
         if m.reason and "\n" in m.reason:
@@ -24,13 +34,22 @@ def format_measurement(m: Measurement) -> str:
     rows = [
         ("effective tokens/s", f"{format_rate(m.tokens_per_sec)}  (non-pad tokens / wall time, data waits included)"),
         ("padded tokens/s", f"{format_rate(m.padded_tokens_per_sec)}  (padding {format_pct(m.padding_fraction)})"),
-        ("step time", f"{1000 * m.step_time_median_s:.1f} ms median, CV {format_pct(m.step_time_cv)} over {m.steps} steps"
-                      + ("  UNSTABLE" if m.unstable else "")),
+        (
+            "step time",
+            f"{1000 * m.step_time_median_s:.1f} ms median, CV {format_pct(m.step_time_cv)} over {m.steps} steps"
+            + ("  UNSTABLE" if m.unstable else ""),
+        ),
         ("data wait", format_pct(m.data_wait_fraction)),
-        ("compile time", f"{m.compile_time_s:.1f} s (warm-up time beyond a timed step; {m.warmup_steps} warm-up steps)"),
+        (
+            "compile time",
+            f"{m.compile_time_s:.1f} s (warm-up time beyond a timed step; {m.warmup_steps} warm-up steps)",
+        ),
         ("MFU", format_pct(m.mfu) if m.mfu is not None else "n/a (peak FLOPs unknown for this device)"),
-        ("peak memory", f"{format_bytes(m.peak_memory_bytes)} ({m.peak_memory_source})"
-                        + (f", allocator peak {format_bytes(m.allocator_peak_bytes)}" if m.allocator_peak_bytes else "")),
+        (
+            "peak memory",
+            f"{format_bytes(m.peak_memory_bytes)} ({m.peak_memory_source})"
+            + (f", allocator peak {format_bytes(m.allocator_peak_bytes)}" if m.allocator_peak_bytes else ""),
+        ),
         ("GPU utilization", format_pct(m.gpu_utilization) if m.gpu_utilization is not None else "n/a"),
     ]
     if m.recompiles_during_timing:
@@ -57,8 +76,10 @@ def trial_line(trial) -> str:
     reason = ""
     if outcome != outcomes.OK and attrs.get("reason"):
         reason = f"  -- {attrs['reason'].splitlines()[0][:120]}"
-    return (f"#{trial.number:<3} {outcome:<17} {format_rate(attrs.get('tokens_per_sec')):>12} tok/s  "
-            f"peak {format_bytes(attrs.get('peak_memory_bytes')):>10}  {knobs}{tag}{dup}{reason}")
+    return (
+        f"#{trial.number:<3} {outcome:<17} {format_rate(attrs.get('tokens_per_sec')):>12} tok/s  "
+        f"peak {format_bytes(attrs.get('peak_memory_bytes')):>10}  {knobs}{tag}{dup}{reason}"
+    )
 
 
 def best_table(summary) -> str:
@@ -79,12 +100,16 @@ def best_table(summary) -> str:
 
 def search_summary(result) -> str:
     summary = result.summary
-    lines = [f"study {summary.name}: {len(summary.trials)} trials ({counts_text(summary.counts)}); "
-             f"memory limit {format_bytes(result.context.memory_limit_bytes)}"]
+    lines = [
+        f"study {summary.name}: {len(summary.trials)} trials ({counts_text(summary.counts)}); "
+        f"memory limit {format_bytes(result.context.memory_limit_bytes)}"
+    ]
     for name, ref in (("baseline", summary.baseline), ("checklist", summary.checklist)):
         if ref is not None:
-            lines.append(f"{name:<10} #{ref.number}: {format_rate(ref.user_attrs.get('tokens_per_sec'))} tok/s "
-                         f"({ref.user_attrs.get('outcome')})")
+            lines.append(
+                f"{name:<10} #{ref.number}: {format_rate(ref.user_attrs.get('tokens_per_sec'))} tok/s "
+                f"({ref.user_attrs.get('outcome')})"
+            )
     if summary.best is None:
         lines.append(summary.no_best_reason)
         return "\n".join(lines)
@@ -96,10 +121,18 @@ def search_summary(result) -> str:
 
 def _trial_json(trial) -> dict[str, Any]:
     a = trial.user_attrs
-    return {"number": trial.number, "state": trial.state.name, "outcome": a.get("outcome"), "reason": a.get("reason"),
-            "reference": a.get("reference"), "config": a.get("config"), "tokens_per_sec": a.get("tokens_per_sec"),
-            "peak_memory_bytes": a.get("peak_memory_bytes"), "constraints": trial.constraints or None,
-            "duplicate_of": a.get("duplicate_of")}
+    return {
+        "number": trial.number,
+        "state": trial.state.name,
+        "outcome": a.get("outcome"),
+        "reason": a.get("reason"),
+        "reference": a.get("reference"),
+        "config": a.get("config"),
+        "tokens_per_sec": a.get("tokens_per_sec"),
+        "peak_memory_bytes": a.get("peak_memory_bytes"),
+        "constraints": trial.constraints or None,
+        "duplicate_of": a.get("duplicate_of"),
+    }
 
 
 def summary_json(result) -> dict[str, Any]:
@@ -130,9 +163,12 @@ def _ranked(summary) -> list:
 
 def show_text(study, summary, limit: int) -> str:
     hw = study.user_attrs.get("hardware", {})
-    lines = [f"study {study.study_name}: model {study.user_attrs.get('model')} on {hw.get('name', '?')}, "
-             f"memory limit {format_bytes(study.user_attrs.get('memory_limit_bytes'))}",
-             f"trials: {len(summary.trials)} ({counts_text(summary.counts)})", ""]
+    lines = [
+        f"study {study.study_name}: model {study.user_attrs.get('model')} on {hw.get('name', '?')}, "
+        f"memory limit {format_bytes(study.user_attrs.get('memory_limit_bytes'))}",
+        f"trials: {len(summary.trials)} ({counts_text(summary.counts)})",
+        "",
+    ]
     for trial in _ranked(summary)[:limit]:
         lines.append(trial_line(trial))
     if summary.best is not None:
@@ -164,17 +200,27 @@ def format_verify(result: dict[str, Any], path: str) -> str:
     rec, mea = result["recorded"], result["measured"]
     ratio = format_ratio
     rows = [
-        ("tokens/s", format_rate(rec.get("tokens_per_sec")), format_rate(mea.get("tokens_per_sec")),
-         ratio(result["ratio_tokens_per_sec"])),
-        ("peak memory", format_bytes(rec.get("peak_memory_bytes")), format_bytes(mea.get("peak_memory_bytes")),
-         ratio(result["ratio_peak_memory"])),
+        (
+            "tokens/s",
+            format_rate(rec.get("tokens_per_sec")),
+            format_rate(mea.get("tokens_per_sec")),
+            ratio(result["ratio_tokens_per_sec"]),
+        ),
+        (
+            "peak memory",
+            format_bytes(rec.get("peak_memory_bytes")),
+            format_bytes(mea.get("peak_memory_bytes")),
+            ratio(result["ratio_peak_memory"]),
+        ),
     ]
     if rec.get("memory_limit_bytes") is not None:
         rows.append(("memory limit", format_bytes(rec["memory_limit_bytes"]), "", ""))
     verdict = "PASS" if result["passed"] else "FAIL"
     tol = f"{100 * result['tolerance']:g}%"
     lines = [f"verify {path}: outcome {result['outcome']}", table(("", "recorded", "measured", "ratio"), rows), ""]
-    lines.append(f"{verdict}" + (f" ({result['reason']})" if result["reason"] else f" (within {tol} of the recorded tokens/s)"))
+    lines.append(
+        f"{verdict}" + (f" ({result['reason']})" if result["reason"] else f" (within {tol} of the recorded tokens/s)")
+    )
     return "\n".join(lines)
 
 
@@ -182,16 +228,32 @@ def format_profile(report) -> str:
     from autotune.measure.profile import CATEGORIES, CATEGORY_LABELS
 
     per_step = 1000 / report.steps
-    head = (f"{report.model} on {report.device_name}: {report.steps} steps profiled, "
-            f"{1000 * report.step_time_s:.1f} ms a step ({report.time_basis})")
-    rows = [(CATEGORY_LABELS[c], f"{per_step * report.seconds[c]:.2f}", format_pct(report.shares[c]))
-            for c in CATEGORIES]
-    ops = [(op.name, CATEGORY_LABELS[op.category], f"{per_step * op.self_time_s:.2f}", op.calls // report.steps,
-            format_pct(op.share)) for op in report.top_ops]
-    return "\n".join([
-        head, "",
-        table(("where", "ms/step", "share"), rows), "",
-        f"top operators by {report.time_basis}:",
-        table(("operator", "category", "ms/step", "calls/step", "share"), ops), "",
-        f"trace: {report.trace_path}  (open in https://ui.perfetto.dev or chrome://tracing)",
-    ])
+    head = (
+        f"{report.model} on {report.device_name}: {report.steps} steps profiled, "
+        f"{1000 * report.step_time_s:.1f} ms a step ({report.time_basis})"
+    )
+    rows = [
+        (CATEGORY_LABELS[c], f"{per_step * report.seconds[c]:.2f}", format_pct(report.shares[c])) for c in CATEGORIES
+    ]
+    ops = [
+        (
+            op.name,
+            CATEGORY_LABELS[op.category],
+            f"{per_step * op.self_time_s:.2f}",
+            op.calls // report.steps,
+            format_pct(op.share),
+        )
+        for op in report.top_ops
+    ]
+    return "\n".join(
+        [
+            head,
+            "",
+            table(("where", "ms/step", "share"), rows),
+            "",
+            f"top operators by {report.time_basis}:",
+            table(("operator", "category", "ms/step", "calls/step", "share"), ops),
+            "",
+            f"trace: {report.trace_path}  (open in https://ui.perfetto.dev or chrome://tracing)",
+        ]
+    )

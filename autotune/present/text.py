@@ -7,8 +7,19 @@ from typing import Any, Mapping, Sequence
 
 from autotune.units import format_bytes
 
-__all__ = ["config_summary", "counts_text", "device_memory_text", "format_bytes", "format_pct", "format_rate",
-           "format_ratio", "markdown_table", "memory_text", "table", "value_text"]
+__all__ = [
+    "config_summary",
+    "counts_text",
+    "device_memory_text",
+    "format_bytes",
+    "format_pct",
+    "format_rate",
+    "format_ratio",
+    "markdown_table",
+    "memory_text",
+    "table",
+    "value_text",
+]
 
 
 def format_rate(value: float | None) -> str:
@@ -41,7 +52,7 @@ def counts_text(counts: Mapping[str, int]) -> str:
 
 
 def memory_text(peak: int | None, limit: int | None) -> str:
-    """"1.50 GiB of 2.00 GiB (75%)", or the peak alone without a limit."""
+    """ "1.50 GiB of 2.00 GiB (75%)", or the peak alone without a limit."""
     if peak is None:
         return "n/a"
     if not limit:

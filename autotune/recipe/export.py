@@ -22,7 +22,10 @@ FORMATS = ("json", "yaml", "hf", "lightning")
 def render(recipe: Recipe, fmt: str) -> str:
     """The recipe as `fmt` text (json | yaml | hf | lightning), ending with a newline."""
     renderers: dict[str, Callable[[Recipe], str]] = {
-        "json": _json, "yaml": _yaml, "hf": _hf, "lightning": _lightning,
+        "json": _json,
+        "yaml": _yaml,
+        "hf": _hf,
+        "lightning": _lightning,
     }
     if fmt not in renderers:
         raise UsageError(f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}")
@@ -103,11 +106,15 @@ def _batching_comment(recipe: Recipe) -> list[str]:
     else:
         lines = ["# The recipe records no seq_len: set the batch size to token_budget // your sequence length."]
     if cfg.batching == "padded":
-        lines += [f"# The recipe batches by token budget ({cfg.token_budget} tokens a step, padding included),",
-                  "# grouping sequences of similar length; a fixed batch size cannot express that."]
+        lines += [
+            f"# The recipe batches by token budget ({cfg.token_budget} tokens a step, padding included),",
+            "# grouping sequences of similar length; a fixed batch size cannot express that.",
+        ]
     elif cfg.batching == "packed":
-        lines += [f"# The recipe packs documents into windows of seq_len + 1{f' = {seq_len + 1}' if seq_len else ''} tokens",
-                  "# (no padding): pack the dataset before training."]
+        lines += [
+            f"# The recipe packs documents into windows of seq_len + 1{f' = {seq_len + 1}' if seq_len else ''} tokens",
+            "# (no padding): pack the dataset before training.",
+        ]
     return lines
 
 
@@ -152,13 +159,16 @@ def _hf(recipe: Recipe) -> str:
     lines = _header(recipe, "Hugging Face TrainingArguments")
     lines += ["# Use: TrainingArguments(output_dir=..., **training_args)", ""]
     # A comment only beside settings in effect: "compiles each block" next to None would confuse.
-    lines += _kwargs_block("training_args", [(k, v, _HF_COMMENTS.get(k, "") if v not in (None, False) else "")
-                                             for k, v in args.items()])
+    lines += _kwargs_block(
+        "training_args", [(k, v, _HF_COMMENTS.get(k, "") if v not in (None, False) else "") for k, v in args.items()]
+    )
     lines += ["", "# What TrainingArguments cannot express:"]
     if cfg.checkpoint_layers:
         lines += _checkpoint_comment(recipe)
-        lines += ["# gradient_checkpointing=True checkpoints all blocks, recomputing more than the recipe does.",
-                  "# For exactly these blocks, leave it False and call autotune.Recipe.apply_to_model(model)."]
+        lines += [
+            "# gradient_checkpointing=True checkpoints all blocks, recomputing more than the recipe does.",
+            "# For exactly these blocks, leave it False and call autotune.Recipe.apply_to_model(model).",
+        ]
     lines += _sdpa_comment(recipe, hf=True)
     lines += _batching_comment(recipe)
     if cfg.batching == "padded":
@@ -193,9 +203,13 @@ def _lightning(recipe: Recipe) -> str:
     lines = _header(recipe, "Lightning Trainer and DataLoader settings")
     lines += ["# Use: lightning.Trainer(**trainer_kwargs, ...) and DataLoader(dataset, **dataloader_kwargs)", ""]
     if cfg.amp_dtype == "tf32":
-        lines += ["import torch", "",
-                  "# tf32: float32 weights, TF32 tensor-core matmuls (Ampere or newer).",
-                  'torch.set_float32_matmul_precision("high")', ""]
+        lines += [
+            "import torch",
+            "",
+            "# tf32: float32 weights, TF32 tensor-core matmuls (Ampere or newer).",
+            'torch.set_float32_matmul_precision("high")',
+            "",
+        ]
     lines += _kwargs_block("trainer_kwargs", [(k, v, "") for k, v in trainer.items()])
     lines.append("")
     lines += _kwargs_block("dataloader_kwargs", [(k, v, "") for k, v in loader.items()])
@@ -204,11 +218,15 @@ def _lightning(recipe: Recipe) -> str:
     lines.append("# For the recipe's own batches, use autotune.Recipe.dataloader(dataset) instead of DataLoader.")
     if cfg.checkpoint_layers:
         lines += _checkpoint_comment(recipe)
-        lines += ["# In LightningModule.configure_model, wrap those blocks' forward in",
-                  "# torch.utils.checkpoint.checkpoint(..., use_reentrant=False), or call",
-                  "# autotune.Recipe.apply_to_model(self.model) there (checkpointing, then compile)."]
+        lines += [
+            "# In LightningModule.configure_model, wrap those blocks' forward in",
+            "# torch.utils.checkpoint.checkpoint(..., use_reentrant=False), or call",
+            "# autotune.Recipe.apply_to_model(self.model) there (checkpointing, then compile).",
+        ]
     if cfg.compile_mode != "none":
-        lines += [f'# Compile: in configure_model, block.compile(mode="{cfg.compile_mode}") for each block',
-                  "# (after checkpointing), or torch.compile the model; apply_to_model does both in order."]
+        lines += [
+            f'# Compile: in configure_model, block.compile(mode="{cfg.compile_mode}") for each block',
+            "# (after checkpointing), or torch.compile the model; apply_to_model does both in order.",
+        ]
     lines += _sdpa_comment(recipe, hf=False)
     return "\n".join(lines) + "\n"

@@ -8,10 +8,30 @@ from autotune.measure.profile import ProfileReport, profile_config
 from autotune.recipe.recipe import Recipe
 
 
-def profile_recipe(recipe: Recipe, *, device: str = "auto", steps: int = 10, out_dir: str | Path, model=None,
-                   data: str = "synthetic", warmup: int = 2, seed: int = 0, top: int = 15) -> ProfileReport:
+def profile_recipe(
+    recipe: Recipe,
+    *,
+    device: str = "auto",
+    steps: int = 10,
+    out_dir: str | Path,
+    model=None,
+    data: str = "synthetic",
+    warmup: int = 2,
+    seed: int = 0,
+    top: int = 15,
+) -> ProfileReport:
     """Profile the recipe's configuration on its model (or `model`), at its sequence length."""
     seq_len = recipe.model.get("seq_len")
-    return profile_config(recipe.config, model_name=recipe.model.get("name"),
-                          seq_len=seq_len if isinstance(seq_len, int) else None, device=device, steps=steps,
-                          out_dir=out_dir, model=model, data=data, warmup=warmup, seed=seed, top=top)
+    return profile_config(
+        recipe.config,
+        model_name=recipe.model.get("name"),
+        seq_len=seq_len if isinstance(seq_len, int) else None,
+        device=device,
+        steps=steps,
+        out_dir=out_dir,
+        model=model,
+        data=data,
+        warmup=warmup,
+        seed=seed,
+        top=top,
+    )

@@ -54,8 +54,19 @@ if TYPE_CHECKING:  # torch is imported by the methods that need it, not by `impo
 
 FORMAT = "autotune.recipe"
 FORMAT_VERSION = 1
-_KEYS = {"format", "version", "config", "model", "data", "measured", "reference_speedups", "hardware",
-         "software", "study", "created"}
+_KEYS = {
+    "format",
+    "version",
+    "config",
+    "model",
+    "data",
+    "measured",
+    "reference_speedups",
+    "hardware",
+    "software",
+    "study",
+    "created",
+}
 
 
 @dataclass
@@ -114,8 +125,10 @@ class Recipe:
         if not isinstance(version, int) or version < 1:
             raise UsageError(f"{where}: version must be a positive integer, got {version!r}")
         if version > FORMAT_VERSION:
-            raise UsageError(f"{where}: format version {version} is newer than this autotune reads "
-                             f"({FORMAT_VERSION}); upgrade autotune")
+            raise UsageError(
+                f"{where}: format version {version} is newer than this autotune reads "
+                f"({FORMAT_VERSION}); upgrade autotune"
+            )
         unknown = sorted(set(raw) - _KEYS)
         if unknown:
             raise UsageError(f"{where}: unknown key {unknown[0]!r}")
@@ -125,15 +138,23 @@ class Recipe:
             if not isinstance(raw.get(key, {}), dict):
                 raise UsageError(f"{where}: {key} must be a mapping")
         config = TrainConfig.from_dict(raw["config"], where=f"{where}: config")
-        return cls(config=config, model=raw.get("model", {}), data=str(raw.get("data", "synthetic")),
-                   measured=raw.get("measured", {}), reference_speedups=raw.get("reference_speedups", {}),
-                   hardware=raw.get("hardware", {}), software=raw.get("software", {}),
-                   study=raw.get("study", {}), created=str(raw.get("created", "")))
+        return cls(
+            config=config,
+            model=raw.get("model", {}),
+            data=str(raw.get("data", "synthetic")),
+            measured=raw.get("measured", {}),
+            reference_speedups=raw.get("reference_speedups", {}),
+            hardware=raw.get("hardware", {}),
+            software=raw.get("software", {}),
+            study=raw.get("study", {}),
+            created=str(raw.get("created", "")),
+        )
 
     # --- in a training script -------------------------------------------------------------
 
-    def apply_to_model(self, model: "torch.nn.Module", block_path: str | None = None,
-                       device: "str | torch.device | None" = None) -> "torch.nn.Module":
+    def apply_to_model(
+        self, model: "torch.nn.Module", block_path: str | None = None, device: "str | torch.device | None" = None
+    ) -> "torch.nn.Module":
         """Apply the model-side knobs to `model`, in place, and return it: activation
         checkpointing of the recipe's blocks, then per-block torch.compile (the one order,
         see `autotune.knobs`). Works on any model whose blocks sit in one ModuleList at
@@ -147,8 +168,14 @@ class Recipe:
             model.to(device)
         return apply_model_knobs(model, self.config, block_path)
 
-    def dataloader(self, dataset: Any, *, collate_fn: Callable[[list["torch.Tensor"]], Any] | None = None,
-                   seq_len: int | None = None, seed: int = 0) -> "DataLoader":
+    def dataloader(
+        self,
+        dataset: Any,
+        *,
+        collate_fn: Callable[[list["torch.Tensor"]], Any] | None = None,
+        seq_len: int | None = None,
+        seed: int = 0,
+    ) -> "DataLoader":
         """A DataLoader of `(input_ids, labels)` batches with the recipe's workers, prefetch,
         pinning, persistent workers, token budget and batching mode.
 
@@ -171,7 +198,14 @@ class Recipe:
         pin_memory on a machine without CUDA is dropped, with one warning."""
         from autotune.recipe.training import recipe_dataloader
 
-        return recipe_dataloader(self, dataset, collate_fn=collate_fn, seq_len=seq_len, seed=seed)
+        return recipe_dataloader(
+            self.config,
+            dataset,
+            collate_fn=collate_fn,
+            seq_len=seq_len,
+            recorded_seq_len=self.model.get("seq_len"),
+            seed=seed,
+        )
 
     def autocast(self, device_type: str | None = None) -> "contextlib.AbstractContextManager[None]":
         """What each forward pass runs under: autocast to the recipe's AMP dtype (or TF32
@@ -213,16 +247,29 @@ class Recipe:
     def warn_if_elsewhere(self, device: str | None = None) -> None:
         diffs = self.differences_from_here(device)
         if diffs:
-            warnings.warn("this recipe was measured elsewhere: " + "; ".join(diffs), RecipeEnvironmentWarning, stacklevel=3)
+            warnings.warn(
+                "this recipe was measured elsewhere: " + "; ".join(diffs), RecipeEnvironmentWarning, stacklevel=3
+            )
 
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-RECIPE_FIGURES = ("tokens_per_sec", "padded_tokens_per_sec", "padding_fraction", "step_time_median_s",
-                  "step_time_cv", "mfu", "peak_memory_bytes", "peak_memory_source", "allocator_peak_bytes",
-                  "data_wait_fraction", "compile_time_s", "gpu_utilization")
+RECIPE_FIGURES = (
+    "tokens_per_sec",
+    "padded_tokens_per_sec",
+    "padding_fraction",
+    "step_time_median_s",
+    "step_time_cv",
+    "mfu",
+    "peak_memory_bytes",
+    "peak_memory_source",
+    "allocator_peak_bytes",
+    "data_wait_fraction",
+    "compile_time_s",
+    "gpu_utilization",
+)
 
 
 def recipe_measured(measurement: Measurement | None, memory_limit_bytes: int | None) -> dict[str, Any]:

@@ -9,29 +9,40 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import torch
 
+from autotune.config import TrainConfig
 from autotune.data.batching import build_dataloader
 from autotune.errors import RecipeEnvironmentWarning, UsageError
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
-    from autotune.recipe.recipe import Recipe
 
-
-def recipe_dataloader(recipe: "Recipe", dataset: Any, *, collate_fn: Callable[[list[torch.Tensor]], Any] | None,
-                      seq_len: int | None, seed: int) -> "DataLoader":
-    """See `Recipe.dataloader`."""
+def recipe_dataloader(
+    cfg: TrainConfig,
+    dataset: Any,
+    *,
+    collate_fn: Callable[[list[torch.Tensor]], Any] | None,
+    seq_len: int | None,
+    recorded_seq_len: int | None,
+    seed: int,
+) -> DataLoader:
+    """See `Recipe.dataloader`; `recorded_seq_len` is the recipe's, used when `seq_len` is None."""
     lengths = item_lengths(dataset)
     if seq_len is None:
-        seq_len = recipe.model.get("seq_len") or (int(lengths.max()) - 1 if len(lengths) else None)
+        seq_len = recorded_seq_len or (int(lengths.max()) - 1 if len(lengths) else None)
     check_lengths(lengths, seq_len)
-    cfg = recipe.config
     if cfg.pin_memory and not torch.cuda.is_available():
-        warnings.warn("recipe: pin_memory dropped, there is no CUDA device to copy to", RecipeEnvironmentWarning,
-                      stacklevel=3)
+        warnings.warn(
+            "recipe: pin_memory dropped, there is no CUDA device to copy to", RecipeEnvironmentWarning, stacklevel=3
+        )
         cfg = cfg.replace(pin_memory=False)
-    return build_dataloader(TokenSequences(dataset, np.asarray(lengths, dtype=np.int64)), cfg,
-                            seq_len=int(seq_len), seed=seed, collate_fn=collate_fn)
+    return build_dataloader(
+        TokenSequences(dataset, np.asarray(lengths, dtype=np.int64)),
+        cfg,
+        seq_len=int(seq_len),
+        seed=seed,
+        collate_fn=collate_fn,
+    )
 
 
 class TokenSequences:
@@ -49,7 +60,9 @@ class TokenSequences:
     def __getitem__(self, i: int) -> torch.Tensor:
         item = torch.as_tensor(self.dataset[i], dtype=torch.long)
         if item.dim() != 1:
-            raise UsageError(f"dataset item {i} has shape {tuple(item.shape)}; expected one sequence of token ids (1-D)")
+            raise UsageError(
+                f"dataset item {i} has shape {tuple(item.shape)}; expected one sequence of token ids (1-D)"
+            )
         return item
 
 
@@ -73,12 +86,16 @@ def check_lengths(lengths: np.ndarray, seq_len: int | None) -> None:
         raise UsageError(f"seq_len must be a positive integer, got {seq_len!r}")
     short = np.flatnonzero(lengths < 2)
     if len(short):
-        raise UsageError(f"dataset item {int(short[0])} has {int(lengths[short[0]])} tokens; each item needs at least 2 "
-                         "(inputs are x[:-1], labels x[1:])")
+        raise UsageError(
+            f"dataset item {int(short[0])} has {int(lengths[short[0]])} tokens; each item needs at least 2 "
+            "(inputs are x[:-1], labels x[1:])"
+        )
     long = np.flatnonzero(lengths > seq_len + 1)
     if len(long):
-        raise UsageError(f"dataset item {int(long[0])} has {int(lengths[long[0]])} tokens, more than seq_len + 1 = "
-                         f"{seq_len + 1}; cut documents into pieces of at most seq_len + 1 tokens")
+        raise UsageError(
+            f"dataset item {int(long[0])} has {int(lengths[long[0]])} tokens, more than seq_len + 1 = "
+            f"{seq_len + 1}; cut documents into pieces of at most seq_len + 1 tokens"
+        )
 
 
 def device_kind(device_type: str | None) -> str:

@@ -26,8 +26,17 @@ def default_tolerance(device: str) -> float:
     return CPU_TOLERANCE if device.split(":", 1)[0] == "cpu" else GPU_TOLERANCE
 
 
-def verify_recipe(recipe: Recipe, *, device: str, tolerance: float, steps: int, warmup: int, data: str | None = None,
-                  timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S) -> dict[str, Any]:
+def verify_recipe(
+    recipe: Recipe,
+    *,
+    device: str,
+    tolerance: float,
+    steps: int,
+    warmup: int,
+    min_time_s: float = 2.0,
+    data: str | None = None,
+    timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S,
+) -> dict[str, Any]:
     """Measure the recipe's config with `trial.runner.run_trial`, in a fresh process with the
     measuring core of `search`, and judge it against the record (`outcomes`)."""
     from autotune.model.load import check_model_name
@@ -45,8 +54,16 @@ def verify_recipe(recipe: Recipe, *, device: str, tolerance: float, steps: int, 
         raise UsageError(f"the recipe was measured on {data}, which is not here; give --data PATH (or synthetic)")
     limit = recorded.get("memory_limit_bytes")
     seq_len = recipe.model.get("seq_len")
-    spec = RunSpec(model=str(name), device=device, data=data, seq_len=seq_len if isinstance(seq_len, int) else None,
-                   warmup=warmup, steps=steps, memory_limit_bytes=limit if isinstance(limit, int) else None)
+    spec = RunSpec(
+        model=str(name),
+        device=device,
+        data=data,
+        seq_len=seq_len if isinstance(seq_len, int) else None,
+        warmup=warmup,
+        steps=steps,
+        min_time_s=min_time_s,
+        memory_limit_bytes=limit if isinstance(limit, int) else None,
+    )
     trial = run_trial(spec, recipe.config, timeout_s=timeout_s, device=describe(device))
     m = trial.measurement
     measured = recipe_measured(m, spec.memory_limit_bytes) if m else {}
@@ -55,8 +72,14 @@ def verify_recipe(recipe: Recipe, *, device: str, tolerance: float, steps: int, 
     ratio_tps = tps / recorded_tps if tps is not None else None
     ratio_peak = peak / recorded_peak if peak is not None and recorded_peak else None
     reasons = outcomes.reproduction_failures(
-        outcome=trial.outcome, reason=trial.reason, tokens_per_sec=tps, recorded_tokens_per_sec=recorded_tps,
-        tolerance=tolerance, peak_memory_bytes=peak, memory_limit_bytes=spec.memory_limit_bytes)
+        outcome=trial.outcome,
+        reason=trial.reason,
+        tokens_per_sec=tps,
+        recorded_tokens_per_sec=recorded_tps,
+        tolerance=tolerance,
+        peak_memory_bytes=peak,
+        memory_limit_bytes=spec.memory_limit_bytes,
+    )
     return {
         "recorded": recorded,
         "measured": measured,

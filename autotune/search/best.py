@@ -22,8 +22,9 @@ def confirmation_key(trial_number: int) -> str:
     return f"confirmation:{trial_number}"
 
 
-def recipe_from_trial(summary: StudySummary, study_attrs: dict, study_name: str, storage_url: str,
-                      trial: FrozenTrial | None = None) -> Recipe:
+def recipe_from_trial(
+    summary: StudySummary, study_attrs: dict, study_name: str, storage_url: str, trial: FrozenTrial | None = None
+) -> Recipe:
     trial = trial or summary.best
     m = trial_measurement(trial)
     measured = recipe_measured(m, study_attrs.get("memory_limit_bytes"))
@@ -37,7 +38,10 @@ def recipe_from_trial(summary: StudySummary, study_attrs: dict, study_name: str,
         model={**(m.model if m else {}), "name": study_attrs.get("model")},
         data=study_attrs.get("data", "synthetic"),
         measured=measured,
-        reference_speedups={"baseline": summary.speedup(summary.baseline), "checklist": summary.speedup(summary.checklist)},
+        reference_speedups={
+            "baseline": summary.speedup(summary.baseline),
+            "checklist": summary.speedup(summary.checklist),
+        },
         hardware=study_attrs.get("hardware", {}),
         software=(study_attrs.get("autotune") or {}).get("software") or software_versions(),
         study={"name": study_name, "storage": redact(storage_url), "trial": trial.number},

@@ -59,7 +59,7 @@ class WorkerPlan:
 
 
 def parse_devices(text: str) -> list[str]:
-    """"0,1,2,3" or "GPU-8c1a...,GPU-77f0..." -> the entries, checked for form and repeats."""
+    """ "0,1,2,3" or "GPU-8c1a...,GPU-77f0..." -> the entries, checked for form and repeats."""
     entries = [e.strip() for e in str(text).split(",")]
     if not entries or any(not e for e in entries):
         raise UsageError(f"--devices: expected GPU indices or UUIDs separated by commas, e.g. 0,1,2,3; got {text!r}")
@@ -79,8 +79,9 @@ def resolve_devices(entries: Sequence[str], uuids: Sequence[str] | None) -> list
     for entry in entries:
         if uuids is None:
             if not entry.isdigit():
-                raise UsageError(f"--devices: {entry} is a UUID, and without NVML UUIDs cannot be matched to GPUs: "
-                                 f"give indices")
+                raise UsageError(
+                    f"--devices: {entry} is a UUID, and without NVML UUIDs cannot be matched to GPUs: give indices"
+                )
             devices.append(WorkerDevice(int(entry), entry))
         elif entry.isdigit():
             index = int(entry)
@@ -104,18 +105,45 @@ def split_trials(total: int, workers: int) -> list[int]:
     return [total // workers + (1 if i < total % workers else 0) for i in range(workers)]
 
 
-def worker_command(settings, *, study: str, memory_limit_bytes: int, trial_timeout_s: float, n_trials: int,
-                   verbose: bool = False, as_json: bool = False) -> list[str]:
+def worker_command(
+    settings,
+    *,
+    study: str,
+    memory_limit_bytes: int,
+    trial_timeout_s: float,
+    n_trials: int,
+    verbose: bool = False,
+    as_json: bool = False,
+) -> list[str]:
     """The child `autotune search` of one worker. Everything that makes trials comparable is
     resolved by the parent and passed explicitly (study name, memory limit in bytes, trial
     timeout), so no worker can differ from the others by computing a default on its own.
     The storage URL is not here: it goes in the environment (see worker_env)."""
     cmd = [sys.executable, "-m", "autotune"] + (["-v"] if verbose else []) + ["search", "--worker"]
-    cmd += ["--model", settings.model, "--device", "cuda:0", "--data", settings.data, "--study", study,
-            "--memory-limit", str(memory_limit_bytes), "--trial-timeout", f"{trial_timeout_s:g}s",
-            "--n-trials", str(n_trials), "--warmup", str(settings.warmup), "--steps", str(settings.steps),
-            "--min-time", str(settings.min_time_s),
-            "--seed", str(settings.seed)]
+    cmd += [
+        "--model",
+        settings.model,
+        "--device",
+        "cuda:0",
+        "--data",
+        settings.data,
+        "--study",
+        study,
+        "--memory-limit",
+        str(memory_limit_bytes),
+        "--trial-timeout",
+        f"{trial_timeout_s:g}s",
+        "--n-trials",
+        str(n_trials),
+        "--warmup",
+        str(settings.warmup),
+        "--steps",
+        str(settings.steps),
+        "--min-time",
+        str(settings.min_time_s),
+        "--seed",
+        str(settings.seed),
+    ]
     if settings.space:
         cmd += ["--space", str(settings.space)]
     if settings.seq_len is not None:
@@ -138,15 +166,31 @@ def worker_env(device: WorkerDevice, storage_url: str) -> dict[str, str]:
     }
 
 
-def plan_workers(settings, devices: Sequence[WorkerDevice], *, study: str, storage_url: str, memory_limit_bytes: int,
-                 trial_timeout_s: float, verbose: bool = False, as_json: bool = False) -> list[WorkerPlan]:
+def plan_workers(
+    settings,
+    devices: Sequence[WorkerDevice],
+    *,
+    study: str,
+    storage_url: str,
+    memory_limit_bytes: int,
+    trial_timeout_s: float,
+    verbose: bool = False,
+    as_json: bool = False,
+) -> list[WorkerPlan]:
     """One plan per device that gets at least one trial."""
     plans = []
     for device, n in zip(devices, split_trials(settings.n_trials, len(devices))):
         if n == 0:
             continue
-        cmd = worker_command(settings, study=study, memory_limit_bytes=memory_limit_bytes,
-                             trial_timeout_s=trial_timeout_s, n_trials=n, verbose=verbose, as_json=as_json)
+        cmd = worker_command(
+            settings,
+            study=study,
+            memory_limit_bytes=memory_limit_bytes,
+            trial_timeout_s=trial_timeout_s,
+            n_trials=n,
+            verbose=verbose,
+            as_json=as_json,
+        )
         plans.append(WorkerPlan(device, n, cmd, worker_env(device, storage_url)))
     return plans
 
@@ -166,12 +210,16 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
     from autotune.search.study import fail_orphaned_trials, open_study, summarize
 
     if settings.device not in ("auto", "cuda"):
-        raise UsageError(f"--devices starts one worker per GPU, each on its own device: drop --device {settings.device}")
+        raise UsageError(
+            f"--devices starts one worker per GPU, each on its own device: drop --device {settings.device}"
+        )
     entries = parse_devices(devices_text)
     uuids = visible_gpu_uuids()
     if uuids is None:
-        log.warning("NVML is unavailable: workers are pinned by index (CUDA_VISIBLE_DEVICES=<index>, in PCI bus "
-                    "order), not by UUID")
+        log.warning(
+            "NVML is unavailable: workers are pinned by index (CUDA_VISIBLE_DEVICES=<index>, in PCI bus "
+            "order), not by UUID"
+        )
     devices = resolve_devices(entries, uuids)
     ctx, name, url = prepare(replace(settings, device=f"cuda:{devices[0].index}"))
     if len(devices) > 1 and is_sqlite(url):
@@ -186,21 +234,33 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
         from autotune.search.warm_start import enqueue_warm_start
 
         enqueue_warm_start(study, settings.warm_start_from, ctx)
-    plans = plan_workers(settings, devices, study=name, storage_url=url, memory_limit_bytes=ctx.memory_limit_bytes,
-                         trial_timeout_s=ctx.trial_timeout_s, verbose=log.isEnabledFor(logging.INFO), as_json=as_json)
+    plans = plan_workers(
+        settings,
+        devices,
+        study=name,
+        storage_url=url,
+        memory_limit_bytes=ctx.memory_limit_bytes,
+        trial_timeout_s=ctx.trial_timeout_s,
+        verbose=log.isEnabledFor(logging.INFO),
+        as_json=as_json,
+    )
     codes, interrupted = supervise(plans)
     summary = summarize(study)
     recipe_path = write_recipe(study, summary, name, url, settings.recipe) if summary.best is not None else None
-    failures = [f"worker {p.device.tag} ({p.device.pin}) exited with status {code}"
-                for p, code in zip(plans, codes) if code not in (0, 130)]
+    failures = [
+        f"worker {p.device.tag} ({p.device.pin}) exited with status {code}"
+        for p, code in zip(plans, codes)
+        if code not in (0, 130)
+    ]
     result = SearchResult(study, summary, ctx, url, recipe_path, is_new, worker_failures=failures)
     if interrupted:
         raise SearchInterrupted(result)
     return result
 
 
-def supervise(plans: Sequence[WorkerPlan], out: IO[str] | None = None, err: IO[str] | None = None,
-              poll_s: float = 0.2) -> tuple[list[int], bool]:
+def supervise(
+    plans: Sequence[WorkerPlan], out: IO[str] | None = None, err: IO[str] | None = None, poll_s: float = 0.2
+) -> tuple[list[int], bool]:
     """Start every worker, relay its lines with its tag, wait for all of them. Ctrl-C: SIGINT
     to each worker (they stop and record their trial); a second Ctrl-C: SIGKILL.
     Returns (exit codes in plan order, whether the user interrupted)."""
@@ -208,15 +268,20 @@ def supervise(plans: Sequence[WorkerPlan], out: IO[str] | None = None, err: IO[s
     procs: list[subprocess.Popen] = []
     try:
         for plan in plans:
-            log.info("worker %s: CUDA_VISIBLE_DEVICES=%s %s", plan.device.tag, plan.device.pin, shlex.join(plan.command))
+            log.info(
+                "worker %s: CUDA_VISIBLE_DEVICES=%s %s", plan.device.tag, plan.device.pin, shlex.join(plan.command)
+            )
             procs.append(_spawn(plan))
     except BaseException:
         for proc in procs:
             _signal(proc, signal.SIGKILL)
         raise
     lock = threading.Lock()
-    pumps = [threading.Thread(target=_relay, args=(stream, f"[{plan.device.tag}] ", sink, lock), daemon=True)
-             for plan, proc in zip(plans, procs) for stream, sink in ((proc.stdout, out), (proc.stderr, err))]
+    pumps = [
+        threading.Thread(target=_relay, args=(stream, f"[{plan.device.tag}] ", sink, lock), daemon=True)
+        for plan, proc in zip(plans, procs)
+        for stream, sink in ((proc.stdout, out), (proc.stderr, err))
+    ]
     for pump in pumps:
         pump.start()
     interrupts = 0
@@ -229,7 +294,9 @@ def supervise(plans: Sequence[WorkerPlan], out: IO[str] | None = None, err: IO[s
             interrupts += 1
             sig = signal.SIGINT if interrupts == 1 else signal.SIGKILL
             if interrupts == 1:
-                log.warning("stopping: each worker records its running trial as interrupted (Ctrl-C again to kill them)")
+                log.warning(
+                    "stopping: each worker records its running trial as interrupted (Ctrl-C again to kill them)"
+                )
             for proc in procs:
                 _signal(proc, sig)
     for pump in pumps:
@@ -239,10 +306,15 @@ def supervise(plans: Sequence[WorkerPlan], out: IO[str] | None = None, err: IO[s
 
 def _spawn(plan: WorkerPlan) -> subprocess.Popen:
     # SIGINT, not SIGKILL, when the parent dies: the worker records its trial and stops.
-    return subprocess.Popen(plan.command, env={**os.environ, **plan.env}, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True,  # a terminal's Ctrl-C reaches the parent only; it forwards
-                            preexec_fn=death_signal_setter(os.getpid(), signal.SIGINT))
+    return subprocess.Popen(
+        plan.command,
+        env={**os.environ, **plan.env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # a terminal's Ctrl-C reaches the parent only; it forwards
+        preexec_fn=death_signal_setter(os.getpid(), signal.SIGINT),
+    )
 
 
 def _signal(proc: subprocess.Popen, sig: int) -> None:

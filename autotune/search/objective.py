@@ -36,8 +36,12 @@ def config_key(cfg: TrainConfig) -> str:
 class Objective:
     """Turns a trial into a configuration, runs it isolated, and records its outcome."""
 
-    def __init__(self, ctx: StudyContext, on_running: Callable[[int, TrainConfig], None] | None = None,
-                 trial_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        ctx: StudyContext,
+        on_running: Callable[[int, TrainConfig], None] | None = None,
+        trial_env: dict[str, str] | None = None,
+    ) -> None:
         self.ctx = ctx
         self.on_running = on_running
         self.trial_env = trial_env
@@ -45,7 +49,7 @@ class Objective:
     def __call__(self, trial: optuna.Trial) -> float:
         reference = trial.user_attrs.get("reference")
         if reference:
-            cfg, notes = reference_config(reference, self.ctx)
+            cfg, notes = reference_config(reference, self.ctx.space.seq_len, self.ctx.capabilities)
             if notes:
                 trial.set_user_attr("reference_notes", notes)
         else:
@@ -74,19 +78,29 @@ class Objective:
         """TPE re-proposes configurations it has seen; a deterministic outcome is not re-run."""
         key = config_key(cfg)
         for done in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if done.user_attrs.get("config") is not None and config_key(TrainConfig.from_dict(done.user_attrs["config"])) == key:
+            if (
+                done.user_attrs.get("config") is not None
+                and config_key(TrainConfig.from_dict(done.user_attrs["config"])) == key
+            ):
                 trial.set_user_attr("duplicate_of", done.number)
                 m = done.user_attrs.get("measurement")
-                return TrialResult(done.user_attrs["outcome"], done.user_attrs.get("reason"),
-                                   Measurement.from_dict(m) if m else None)
+                return TrialResult(
+                    done.user_attrs["outcome"], done.user_attrs.get("reason"), Measurement.from_dict(m) if m else None
+                )
         return None
 
     def _run(self, trial: optuna.Trial, cfg: TrainConfig) -> TrialResult:
         if self.on_running:
             self.on_running(trial.number, cfg)
         try:
-            return run_trial(self.ctx.spec, cfg, timeout_s=self.ctx.trial_timeout_s, device=self.ctx.device,
-                             env=self.trial_env, on_start=lambda pid: trial.set_user_attr("trial_pid", pid))
+            return run_trial(
+                self.ctx.spec,
+                cfg,
+                timeout_s=self.ctx.trial_timeout_s,
+                device=self.ctx.device,
+                env=self.trial_env,
+                on_start=lambda pid: trial.set_user_attr("trial_pid", pid),
+            )
         except KeyboardInterrupt:
             outcome, reason = outcomes.interrupted_by_user()
             trial.set_user_attr("outcome", outcome)

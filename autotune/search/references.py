@@ -4,16 +4,11 @@ speedup over both."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import optuna
 
 from autotune.config import TrainConfig
 from autotune.errors import UnsupportedConfig
 from autotune.knobs.support import DeviceCapabilities, check_supported
-
-if TYPE_CHECKING:
-    from autotune.search.study import StudyContext
 
 BASELINE, CHECKLIST = "baseline", "checklist"
 
@@ -21,16 +16,32 @@ BASELINE, CHECKLIST = "baseline", "checklist"
 def baseline_config(seq_len: int) -> TrainConfig:
     """The seed's step 1: fp32 eager, math attention, no workers, no pinning, a fixed batch
     of 8 sequences each padded to the full context."""
-    return TrainConfig(num_workers=0, pin_memory=False, token_budget=8 * seq_len, batching="fixed",
-                       amp_dtype="float32", compile_mode="none", sdpa_backend="math", checkpoint_layers=())
+    return TrainConfig(
+        num_workers=0,
+        pin_memory=False,
+        token_budget=8 * seq_len,
+        batching="fixed",
+        amp_dtype="float32",
+        compile_mode="none",
+        sdpa_backend="math",
+        checkpoint_layers=(),
+    )
 
 
 def checklist_config(seq_len: int, caps: DeviceCapabilities) -> tuple[TrainConfig, list[str]]:
     """The seed's "everything on": bf16 (fp16 where bf16 cannot run), compile, flash, pinned
     memory, 4 workers, token-budget batching, no checkpointing. A knob the device cannot run
     goes back to its default; the returned notes say which."""
-    cfg = TrainConfig(num_workers=4, pin_memory=True, token_budget=8 * seq_len, batching="padded",
-                      amp_dtype="bfloat16", compile_mode="default", sdpa_backend="flash", checkpoint_layers=())
+    cfg = TrainConfig(
+        num_workers=4,
+        pin_memory=True,
+        token_budget=8 * seq_len,
+        batching="padded",
+        amp_dtype="bfloat16",
+        compile_mode="default",
+        sdpa_backend="flash",
+        checkpoint_layers=(),
+    )
     notes: list[str] = []
     default = TrainConfig()
     for _ in range(len(cfg.to_dict())):
@@ -51,8 +62,8 @@ def enqueue_references(study: optuna.Study) -> None:
         study.enqueue_trial({}, user_attrs={"reference": name}, skip_if_exists=False)
 
 
-def reference_config(name: str, ctx: StudyContext) -> tuple[TrainConfig, list[str]]:
-    seq_len = ctx.space.seq_len
+def reference_config(name: str, seq_len: int, caps: DeviceCapabilities) -> tuple[TrainConfig, list[str]]:
+    """The configuration of reference trial `name`, and notes on knobs the device changed."""
     if name == BASELINE:
         return baseline_config(seq_len), []
-    return checklist_config(seq_len, ctx.capabilities)
+    return checklist_config(seq_len, caps)

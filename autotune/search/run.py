@@ -106,12 +106,21 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         seq_len, n_layer = shape.context_length, shape.n_layer
     space_path = settings.space or default_space_path(device.kind)
     space = load_space(space_path, n_layer=n_layer, seq_len=seq_len)
-    spec = RunSpec(model=settings.model, device=device_name, data=settings.data, seq_len=settings.seq_len,
-                   warmup=settings.warmup, steps=settings.steps, min_time_s=settings.min_time_s, seed=settings.seed,
-                   memory_limit_bytes=memory_limit(settings, device))
+    spec = RunSpec(
+        model=settings.model,
+        device=device_name,
+        data=settings.data,
+        seq_len=settings.seq_len,
+        warmup=settings.warmup,
+        steps=settings.steps,
+        min_time_s=settings.min_time_s,
+        seed=settings.seed,
+        memory_limit_bytes=memory_limit(settings, device),
+    )
     timeout = settings.trial_timeout_s or (300.0 if device.kind == "cpu" else 600.0)
-    ctx = StudyContext(spec=spec, device=device, space=space, memory_limit_bytes=spec.memory_limit_bytes,
-                       trial_timeout_s=timeout)
+    ctx = StudyContext(
+        spec=spec, device=device, space=space, memory_limit_bytes=spec.memory_limit_bytes, trial_timeout_s=timeout
+    )
     name = settings.study or f"{model_slug(settings.model)}-{device.slug}"
     url = settings.storage or default_storage_url(name)
     return ctx, name, url
@@ -140,8 +149,14 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
 
     interrupted = False
     try:
-        study.optimize(objective, n_trials=settings.n_trials, timeout=settings.timeout_s,
-                       catch=(TrialFailed,), callbacks=[after_trial], gc_after_trial=False)
+        study.optimize(
+            objective,
+            n_trials=settings.n_trials,
+            timeout=settings.timeout_s,
+            catch=(TrialFailed,),
+            callbacks=[after_trial],
+            gc_after_trial=False,
+        )
         confirm_best(study, ctx, reporter)
     except KeyboardInterrupt:
         interrupted = True
@@ -164,26 +179,45 @@ def confirm_best(study: optuna.Study, ctx: StudyContext, reporter: Reporter | No
         return
     if reporter is not None:
         reporter.confirming(best.number)
-    result = run_trial(ctx.spec, TrainConfig.from_dict(best.user_attrs["config"]), timeout_s=ctx.trial_timeout_s,
-                       device=ctx.device)
-    study.set_user_attr(confirmation_key(best.number), {
-        "outcome": result.outcome, "tokens_per_sec": result.tokens_per_sec,
-        "peak_memory_bytes": result.peak_memory_bytes})
+    result = run_trial(
+        ctx.spec, TrainConfig.from_dict(best.user_attrs["config"]), timeout_s=ctx.trial_timeout_s, device=ctx.device
+    )
+    study.set_user_attr(
+        confirmation_key(best.number),
+        {
+            "outcome": result.outcome,
+            "tokens_per_sec": result.tokens_per_sec,
+            "peak_memory_bytes": result.peak_memory_bytes,
+        },
+    )
 
 
-SQLITE_WORKERS_WARNING = ("SQLite is not for parallel workers (one writer at a time: they fail with 'database is "
-                          "locked'): use --storage journal:PATH on one host, or PostgreSQL across hosts")
+SQLITE_WORKERS_WARNING = (
+    "SQLite is not for parallel workers (one writer at a time: they fail with 'database is "
+    "locked'): use --storage journal:PATH on one host, or PostgreSQL across hosts"
+)
 
 
 def warn_if_sqlite_shared(study: optuna.Study, url: str) -> bool:
     """Warn when another live tuner on this host is running a trial of this SQLite study."""
     host, me = socket.gethostname(), os.getpid()
-    others = sorted({t.user_attrs.get("tuner_pid") for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                     if t.user_attrs.get("host") == host and t.user_attrs.get("tuner_pid") not in (None, me)
-                     and process_alive(t.user_attrs["tuner_pid"])})
+    others = sorted(
+        {
+            t.user_attrs.get("tuner_pid")
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.user_attrs.get("host") == host
+            and t.user_attrs.get("tuner_pid") not in (None, me)
+            and process_alive(t.user_attrs["tuner_pid"])
+        }
+    )
     if others:
-        log.warning("another tuner (pid %s) is working on study %r in %s. %s", ", ".join(map(str, others)),
-                    study.study_name, redact(url), SQLITE_WORKERS_WARNING)
+        log.warning(
+            "another tuner (pid %s) is working on study %r in %s. %s",
+            ", ".join(map(str, others)),
+            study.study_name,
+            redact(url),
+            SQLITE_WORKERS_WARNING,
+        )
     return bool(others)
 
 
@@ -193,6 +227,8 @@ class SearchInterrupted(AutotuneError):
     exit_code = 130
 
     def __init__(self, result: SearchResult) -> None:
-        super().__init__("interrupted: the running trial was stopped and recorded"
-                         + (f"; the best so far is in {result.recipe_path}" if result.recipe_path else ""))
+        super().__init__(
+            "interrupted: the running trial was stopped and recorded"
+            + (f"; the best so far is in {result.recipe_path}" if result.recipe_path else "")
+        )
         self.result = result

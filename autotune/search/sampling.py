@@ -19,8 +19,11 @@ def suggest(space: SearchSpace, trial) -> TrainConfig:
         values[name] = _suggest_one(space, trial, dim)
     if space.checkpoint:
         count = _suggest_one(space, trial, space.checkpoint.count)
-        placement = (trial.suggest_categorical("checkpoint_placement", list(space.checkpoint.placements))
-                     if count > 0 else "spread")
+        placement = (
+            trial.suggest_categorical("checkpoint_placement", list(space.checkpoint.placements))
+            if count > 0
+            else "spread"
+        )
         values["checkpoint_layers"] = checkpoint_layers(count, placement, space.n_layer or count)
     return to_config(values)
 
@@ -65,8 +68,14 @@ def params_for(space: SearchSpace, cfg: TrainConfig) -> dict[str, Any] | None:
         layers = tuple(values["checkpoint_layers"])
         params["checkpoint_count"] = len(layers)
         if layers:
-            placement = next((p for p in space.checkpoint.placements
-                              if checkpoint_layers(len(layers), p, space.n_layer or len(layers)) == layers), None)
+            placement = next(
+                (
+                    p
+                    for p in space.checkpoint.placements
+                    if checkpoint_layers(len(layers), p, space.n_layer or len(layers)) == layers
+                ),
+                None,
+            )
             if placement is None:
                 return None
             params["checkpoint_placement"] = placement

@@ -15,8 +15,12 @@ from typing import Any, Callable, Mapping
 from autotune.config import TrainConfig
 
 PLACEMENTS = ("first", "last", "spread")
-COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {"gt": operator.gt, "ge": operator.ge, "lt": operator.lt,
-                                                     "le": operator.le}
+COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "lt": operator.lt,
+    "le": operator.le,
+}
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,9 @@ def load_space(path: str | Path, *, n_layer: int | None = None, seq_len: int | N
     return parse_space(raw, source=str(path), n_layer=n_layer, seq_len=seq_len)
 
 
-def parse_space(raw: Mapping[str, Any], *, source: str, n_layer: int | None = None,
-                seq_len: int | None = None) -> SearchSpace:
+def parse_space(
+    raw: Mapping[str, Any], *, source: str, n_layer: int | None = None, seq_len: int | None = None
+) -> SearchSpace:
     return _Parser(source, n_layer).space(raw, seq_len)
 
 
@@ -101,12 +102,25 @@ class _Parser:
             self.check_knob(f"dimensions.{name}", name)
             if name in fixed:
                 raise self.error(f"dimensions.{name}", "is also in fixed; keep it in one place")
-            if name in _CATEGORICAL and isinstance(spec, dict) and "choices" not in spec and {"low", "high"} <= set(spec):
+            if (
+                name in _CATEGORICAL
+                and isinstance(spec, dict)
+                and "choices" not in spec
+                and {"low", "high"} <= set(spec)
+            ):
                 raise self.error(f"dimensions.{name}", "is categorical: give choices, not low/high")
             dimensions[name] = self.dimension(f"dimensions.{name}", name, spec)
         rules = tuple(self.rule(f"rules[{i}]", rule) for i, rule in enumerate(raw.get("rules") or []))
-        space = SearchSpace(source=self.source, raw=raw, fixed=fixed, dimensions=dimensions, checkpoint=checkpoint,
-                            rules=rules, n_layer=self.n_layer, seq_len=seq_len)
+        space = SearchSpace(
+            source=self.source,
+            raw=raw,
+            fixed=fixed,
+            dimensions=dimensions,
+            checkpoint=checkpoint,
+            rules=rules,
+            n_layer=self.n_layer,
+            seq_len=seq_len,
+        )
         self.check_against_model(space)
         return space
 
@@ -152,14 +166,19 @@ class _Parser:
     def checkpoint(self, spec: Any) -> CheckpointDimension:
         key = "dimensions.checkpoint"
         if not isinstance(spec, dict) or set(spec) - {"count", "placement", "when"} or "count" not in spec:
-            raise self.error(key, "expected {count: {low, high} or {choices}, placement: {choices: [first, last, spread]}}")
+            raise self.error(
+                key, "expected {count: {low, high} or {choices}, placement: {choices: [first, last, spread]}}"
+            )
         count = spec["count"]
         if not isinstance(count, dict) or set(count) - _DIM_KEYS:
             raise self.error(f"{key}.count", "expected {low, high} or {choices: [...]} of block counts")
         if "choices" in count:
             choices = count["choices"]
-            if not isinstance(choices, list) or not choices or not all(
-                    isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in choices):
+            if (
+                not isinstance(choices, list)
+                or not choices
+                or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in choices)
+            ):
                 raise self.error(f"{key}.count.choices", "expected a non-empty list of block counts >= 0")
             count_dim = Dimension("checkpoint_count", choices=tuple(choices))
         elif "low" in count and "high" in count:
@@ -169,9 +188,16 @@ class _Parser:
         else:
             raise self.error(f"{key}.count", "expected choices, or low and high")
         placement = spec.get("placement", {"choices": ["spread"]})
-        if (not isinstance(placement, dict) or set(placement) != {"choices"} or not isinstance(placement["choices"], list)
-                or not placement["choices"] or not set(placement["choices"]) <= set(PLACEMENTS)):
-            raise self.error(f"{key}.placement", f"expected {{choices: [...]}} with values from {', '.join(PLACEMENTS)}")
+        if (
+            not isinstance(placement, dict)
+            or set(placement) != {"choices"}
+            or not isinstance(placement["choices"], list)
+            or not placement["choices"]
+            or not set(placement["choices"]) <= set(PLACEMENTS)
+        ):
+            raise self.error(
+                f"{key}.placement", f"expected {{choices: [...]}} with values from {', '.join(PLACEMENTS)}"
+            )
         return CheckpointDimension(count_dim, tuple(placement["choices"]))
 
     def condition(self, key: str, cond: Any) -> Mapping[str, Any] | None:
@@ -186,7 +212,11 @@ class _Parser:
         return cond
 
     def rule(self, key: str, rule: Any) -> Rule:
-        if not isinstance(rule, dict) or set(rule) - {"when", "require", "reason"} or not {"when", "require"} <= set(rule):
+        if (
+            not isinstance(rule, dict)
+            or set(rule) - {"when", "require", "reason"}
+            or not {"when", "require"} <= set(rule)
+        ):
             raise self.error(key, "expected {when: {...}, require: {...}, reason: text}")
         when = self.condition(f"{key}.when", rule["when"])
         require = self.condition(f"{key}.require", rule["require"])
@@ -198,11 +228,15 @@ class _Parser:
         if space.seq_len and budgets is not None:
             smallest = min(budgets.choices) if budgets.choices else budgets.low
             if smallest < space.seq_len:
-                raise self.error("dimensions.token_budget", f"{smallest} is smaller than the context length "
-                                 f"{space.seq_len}: one full-length sequence must fit in a step")
+                raise self.error(
+                    "dimensions.token_budget",
+                    f"{smallest} is smaller than the context length "
+                    f"{space.seq_len}: one full-length sequence must fit in a step",
+                )
         if space.checkpoint and self.n_layer is not None:
             count = space.checkpoint.count
             top = max(count.choices) if count.choices else count.high
             if isinstance(top, int) and top > self.n_layer:
-                raise self.error("dimensions.checkpoint.count", f"{top} blocks, but the model has {self.n_layer}; "
-                                 "use high: n_layer")
+                raise self.error(
+                    "dimensions.checkpoint.count", f"{top} blocks, but the model has {self.n_layer}; use high: n_layer"
+                )

@@ -136,21 +136,24 @@ def open_storage(url: str, *, grace_period_s: int | None = None, create: bool = 
     url = normalize_url(url)
     try:
         if url.startswith("journal:"):
-            path = Path(url[len("journal:"):])
+            path = Path(url[len("journal:") :])
             if not create and not path.exists():
                 raise UsageError(f"storage {url}: no such journal file")
             path.parent.mkdir(parents=True, exist_ok=True)
             return JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
         if url.startswith("sqlite:///"):
-            path = Path(url[len("sqlite:///"):])
+            path = Path(url[len("sqlite:///") :])
             if not create and not path.exists():
                 raise UsageError(f"storage {url}: no such database file")
             path.parent.mkdir(parents=True, exist_ok=True)
         heartbeat = {}
         if grace_period_s is not None:
             interval = heartbeat_interval_s()
-            heartbeat = dict(heartbeat_interval=interval, grace_period=max(grace_period_s, 2 * interval),
-                             heartbeat_stale_trial_callback=RetryStaleTrial(max_retry=1))
+            heartbeat = dict(
+                heartbeat_interval=interval,
+                grace_period=max(grace_period_s, 2 * interval),
+                heartbeat_stale_trial_callback=RetryStaleTrial(max_retry=1),
+            )
         engine = {"connect_args": {"connect_timeout": 10}} if url.startswith("postgres") else None
         return _rdb_storage(with_driver(url), engine, heartbeat)
     except UsageError:
@@ -219,7 +222,9 @@ def load_study(name: str | None, storage_url: str | None) -> optuna.Study:
     names = study_names(storage)
     if name is None:
         if len(names) != 1:
-            raise UsageError(f"storage {redact(url)} holds {len(names)} studies ({', '.join(names) or 'none'}): give --study")
+            raise UsageError(
+                f"storage {redact(url)} holds {len(names)} studies ({', '.join(names) or 'none'}): give --study"
+            )
         name = names[0]
     if name not in names:
         raise UsageError(f"no study {name!r} in {redact(url)}; it holds: {', '.join(names) or 'nothing'}")

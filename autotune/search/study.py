@@ -80,8 +80,12 @@ def study_attrs(ctx: StudyContext) -> dict[str, Any]:
         "space_source": ctx.space.source,
         "space_hash": ctx.space.hash,
         "identity": ctx.identity(),
-        "run": {"warmup": ctx.spec.warmup, "steps": ctx.spec.steps, "min_time_s": ctx.spec.min_time_s,
-                "seed": ctx.spec.seed},
+        "run": {
+            "warmup": ctx.spec.warmup,
+            "steps": ctx.spec.steps,
+            "min_time_s": ctx.spec.min_time_s,
+            "seed": ctx.spec.seed,
+        },
     }
 
 
@@ -117,8 +121,10 @@ def open_study(name: str, storage, ctx: StudyContext, *, seed: int | None = None
     existing = _wait_until_ready(study)
     if existing is None:
         if study.trials:
-            raise UsageError(f"study {name!r} exists but was not made by `autotune search` (it has no identity): "
-                             f"choose another name with --study")
+            raise UsageError(
+                f"study {name!r} exists but was not made by `autotune search` (it has no identity): "
+                f"choose another name with --study"
+            )
         # Created, then its creator stopped before setting it up: finish the job.
         log.warning("study %r was created but never set up (its creator stopped early): setting it up now", name)
         _set_up(study, ctx)
@@ -127,8 +133,10 @@ def open_study(name: str, storage, ctx: StudyContext, *, seed: int | None = None
         study.sampler = make_sampler(worker_seed(seed, len(study.trials)))
     mismatch = _identity_mismatch(existing, ctx.identity())
     if mismatch:
-        raise UsageError(f"study {name!r} was made for {mismatch[0]}, this run is {mismatch[1]}: "
-                         f"resume it with the same settings, or choose a new name with --study")
+        raise UsageError(
+            f"study {name!r} was made for {mismatch[0]}, this run is {mismatch[1]}: "
+            f"resume it with the same settings, or choose a new name with --study"
+        )
     return study, False
 
 
@@ -161,8 +169,13 @@ def _wait_until_ready(study: optuna.Study) -> dict[str, Any] | None:
 def _identity_mismatch(stored: dict[str, Any], current: dict[str, Any]) -> tuple[str, str] | None:
     # Not the device UUID: workers on several GPUs of one model (--devices, a fleet of hosts)
     # feed one study. The device name (model) must match; which unit it is need not.
-    labels = {"model": "model", "data": "data", "seq_len": "context length", "device_name": "device",
-              "space_hash": "search space (hash)"}
+    labels = {
+        "model": "model",
+        "data": "data",
+        "seq_len": "context length",
+        "device_name": "device",
+        "space_hash": "search space (hash)",
+    }
     for key, label in labels.items():
         if stored.get(key) != current.get(key):
             return f"{label} {stored.get(key)}", f"{label} {current.get(key)}"
@@ -239,8 +252,11 @@ def trial_measurement(trial: FrozenTrial) -> Measurement | None:
 
 
 def is_feasible_ok(trial: FrozenTrial) -> bool:
-    return (trial.state == TrialState.COMPLETE and trial.user_attrs.get("outcome") == outcomes.OK
-            and all(v <= 0 for v in (trial.constraints or {}).values()))
+    return (
+        trial.state == TrialState.COMPLETE
+        and trial.user_attrs.get("outcome") == outcomes.OK
+        and all(v <= 0 for v in (trial.constraints or {}).values())
+    )
 
 
 def summarize(study: optuna.Study) -> StudySummary:
@@ -254,8 +270,13 @@ def summarize(study: optuna.Study) -> StudySummary:
 
     def reference(name: str) -> FrozenTrial | None:
         # measured: ok, or over the limit with a rate (not one the RSS watchdog stopped early)
-        done = [t for t in trials if t.user_attrs.get("reference") == name
-                and t.user_attrs.get("outcome") in outcomes.MEASURED and tokens_per_sec(t) is not None]
+        done = [
+            t
+            for t in trials
+            if t.user_attrs.get("reference") == name
+            and t.user_attrs.get("outcome") in outcomes.MEASURED
+            and tokens_per_sec(t) is not None
+        ]
         return done[0] if done else None
 
     return StudySummary(study.study_name, best, reference(BASELINE), reference(CHECKLIST), counts, trials)

@@ -35,8 +35,11 @@ def invalid_here(cfg: TrainConfig, ctx: StudyContext) -> tuple[str, dict[str, An
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             again = suggest(ctx.space, trial)
-        inside = all(trial.distributions[k]._contains(trial.distributions[k].to_internal_repr(v))
-                     for k, v in params.items() if k in trial.distributions)
+        inside = all(
+            trial.distributions[k]._contains(trial.distributions[k].to_internal_repr(v))
+            for k, v in params.items()
+            if k in trial.distributions
+        )
     except (ValueError, UsageError):
         return "outside this search space", None
     if not inside or config_key(again) != config_key(cfg):
@@ -54,8 +57,14 @@ def invalid_here(cfg: TrainConfig, ctx: StudyContext) -> tuple[str, dict[str, An
 def warm_start_candidates(source: optuna.Study, top_k: int) -> list[FrozenTrial]:
     """The source's top-k distinct feasible ok configurations, best first. Its reference
     trials are left out: the new study measures its own baseline and checklist."""
-    ranked = sorted((t for t in source.get_trials(deepcopy=False) if is_feasible_ok(t) and not t.user_attrs.get("reference")
-                     and t.user_attrs.get("config") is not None), key=lambda t: -(t.value or 0.0))
+    ranked = sorted(
+        (
+            t
+            for t in source.get_trials(deepcopy=False)
+            if is_feasible_ok(t) and not t.user_attrs.get("reference") and t.user_attrs.get("config") is not None
+        ),
+        key=lambda t: -(t.value or 0.0),
+    )
     chosen: list[FrozenTrial] = []
     seen: set[str] = set()
     for t in ranked:
@@ -92,6 +101,10 @@ def enqueue_warm_start(study: optuna.Study, ref: str, ctx: StudyContext, top_k: 
         enqueued += 1
     log.info("warm start from %s: enqueued %d configuration(s)", shown, enqueued)
     if skipped:
-        log.warning("warm start from %s: skipped %d of its best: %s", shown, sum(map(len, skipped.values())),
-                    "; ".join(f"{why} (#{', #'.join(map(str, numbers))})" for why, numbers in skipped.items()))
+        log.warning(
+            "warm start from %s: skipped %d of its best: %s",
+            shown,
+            sum(map(len, skipped.values())),
+            "; ".join(f"{why} (#{', #'.join(map(str, numbers))})" for why, numbers in skipped.items()),
+        )
     return enqueued

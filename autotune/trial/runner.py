@@ -42,21 +42,34 @@ class TrialResult:
         return self.measurement.peak_memory_bytes if self.measurement else None
 
 
-def run_trial(spec: RunSpec, cfg: TrainConfig, *, timeout_s: float, device: DeviceInfo | None = None,
-              env: dict[str, str] | None = None, on_start=None) -> TrialResult:
+def run_trial(
+    spec: RunSpec,
+    cfg: TrainConfig,
+    *,
+    timeout_s: float,
+    device: DeviceInfo | None = None,
+    env: dict[str, str] | None = None,
+    on_start=None,
+) -> TrialResult:
     """Measure `cfg` in a child process. Never raises for what the trial does; a
     KeyboardInterrupt kills the child's group and propagates."""
     with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
         request, result, stderr_path = Path(tmp, "request.json"), Path(tmp, "result.json"), Path(tmp, "stderr")
-        request.write_text(json.dumps({"spec": spec.to_dict(), "config": cfg.to_dict(),
-                                       "device": device.to_dict() if device else None}))
+        request.write_text(
+            json.dumps(
+                {"spec": spec.to_dict(), "config": cfg.to_dict(), "device": device.to_dict() if device else None}
+            )
+        )
         spawned = time.time()
         with open(stderr_path, "wb") as stderr:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "autotune.trial", str(request), str(result), str(os.getpid())],
-                stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
                 start_new_session=True,  # its own process group, killed whole
-                env=_child_env(env), cwd=os.getcwd(),
+                env=_child_env(env),
+                cwd=os.getcwd(),
             )
             try:
                 if on_start is not None:  # inside the try: a Ctrl-C here must still kill the group
@@ -86,8 +99,9 @@ def _wait(proc: subprocess.Popen, timeout_s: float, spec: RunSpec) -> tuple[str,
     return None
 
 
-def _collect(returncode: int, verdict: tuple[str, str] | None, result: Path, stderr_path: Path,
-             spawned: float, wall: float) -> TrialResult:
+def _collect(
+    returncode: int, verdict: tuple[str, str] | None, result: Path, stderr_path: Path, spawned: float, wall: float
+) -> TrialResult:
     if verdict is not None:
         return TrialResult(verdict[0], verdict[1], wall_s=wall)
     if result.exists():

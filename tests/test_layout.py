@@ -1,0 +1,242 @@
+"""The package's layout, checked on its own source: no import cycle, imports run one way
+(from the command line down to config, device and errors), and reading a stored study
+imports no torch. Each rule fails the moment a change breaks it."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "autotune"
+
+# Lower layers never import higher ones; a layer may import its own (sideways) and all below.
+LAYERS = {
+    "cli": 5,
+    "search": 4,
+    "recipe": 4,
+    "present": 4,
+    "trial": 3,
+    "measure": 2,
+    "knobs": 1,
+    "model": 1,
+    "data": 1,
+    "config": 0,
+    "device": 0,
+    "errors": 0,
+    "units": 0,
+    "_version": 0,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py") if "search_spaces" not in p.parts}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every autotune module `name` imports, at module level or inside a function."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
+            # `from autotune.measure import outcomes` imports the module autotune.measure.outcomes
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:  # `import autotune.measure.loop` -> that module
+                target = target.rpartition(".")[0]
+            if target.startswith("autotune") and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports_of(name, path, set(mods)) for name, path in mods.items()}
+
+
+def layer(name: str) -> int | None:
+    parts = name.split(".")
+    return LAYERS.get(parts[1]) if len(parts) > 1 else None
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle in the graph as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            cycle = visit(start)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_every_subpackage_and_top_module_has_a_layer():
+    tops = {name.split(".")[1] for name in modules() if "." in name and not name.endswith("__main__")}
+    assert tops <= set(LAYERS) | {"__main__"}, sorted(tops - set(LAYERS))
+
+
+def test_the_package_has_no_import_cycle():
+    assert find_cycle(import_graph()) is None
+
+
+def test_the_cycle_check_finds_a_cycle_when_one_is_added():
+    graph = import_graph()
+    graph["autotune.config"] = graph["autotune.config"] | {"autotune.search.study"}  # config -> study -> ... -> config
+    cycle = find_cycle(graph)
+    assert cycle is not None and cycle[0] == cycle[-1]
+
+
+def test_imports_run_one_way():
+    upward = sorted(
+        f"{name} -> {target}"
+        for name, targets in import_graph().items()
+        for target in targets
+        if layer(name) is not None and layer(target) is not None and layer(target) > layer(name)
+    )
+    assert upward == []
+
+
+OUTCOME_NAMES = {"ok", "over_memory_limit", "oom", "unsupported", "timeout", "crashed", "interrupted"}
+
+
+def outcome_literals(tree: ast.AST) -> list[int]:
+    """Lines where an outcome is decided or tested by its literal name: compared with
+    (`outcome == "ok"`, `in ("ok", ...)`) or given (`outcome="crashed"`)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            values = [
+                o for op in operands for o in (op.elts if isinstance(op, ast.Tuple | ast.List | ast.Set) else [op])
+            ]
+            if any(isinstance(v, ast.Constant) and v.value in OUTCOME_NAMES for v in values):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.keyword) and node.arg == "outcome":
+            if isinstance(node.value, ast.Constant) and node.value.value in OUTCOME_NAMES:
+                lines.append(node.value.lineno)
+    return lines
+
+
+def test_outcomes_are_decided_in_one_module():
+    """Outside measure/outcomes.py, outcomes are its constants and functions, never literals."""
+    spelled = [
+        f"{name}:{line}"
+        for name, path in modules().items()
+        if name != "autotune.measure.outcomes"
+        for line in outcome_literals(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert spelled == []
+
+
+def test_the_outcome_check_sees_a_literal_decision():
+    assert outcome_literals(ast.parse('if m.outcome == "ok":\n    pass')) == [1]
+    assert outcome_literals(ast.parse('x = o in ("ok", "over_memory_limit")')) == [1]
+    assert outcome_literals(ast.parse('Measurement(config={}, outcome="crashed")')) == [1]
+    assert outcome_literals(ast.parse('COLORS = {"ok": "#1f77b4"}')) == []
+
+
+def test_private_optuna_attributes_are_read_in_one_function():
+    readers = []
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+            for node in ast.walk(func):
+                if isinstance(node, ast.Attribute) and node.attr in ("_storage", "_study_id", "_trial_id"):
+                    readers.append(f"{name}.{func.name}")
+    assert sorted(set(readers)) == ["autotune.search.storage.internals"]
+
+
+READ_A_STUDY = """
+import json, sys
+from click.testing import CliRunner
+from autotune.cli import main
+runner = CliRunner()
+results = [runner.invoke(main, args) for args in json.loads(sys.argv[1])]
+print(json.dumps({"codes": [r.exit_code for r in results], "out": [r.output for r in results],
+                  "torch": "torch" in sys.modules}))
+"""
+
+
+@pytest.mark.process
+def test_reading_a_study_does_not_import_torch(tmp_path):
+    import optuna
+
+    from autotune.config import TrainConfig
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    for key, value in {
+        "model": "gpt2-tiny",
+        "seq_len": 128,
+        "memory_limit_bytes": 10**9,
+        "hardware": {"kind": "cpu", "name": "a CPU"},
+    }.items():
+        study.set_user_attr(key, value)
+    config = TrainConfig().to_dict()
+    measurement = {"config": config, "outcome": "ok", "tokens_per_sec": 1000.0, "peak_memory_bytes": 10**8}
+    study.add_trial(
+        optuna.trial.create_trial(
+            value=1000.0,
+            user_attrs={
+                "outcome": "ok",
+                "config": config,
+                "measurement": measurement,
+                "tokens_per_sec": 1000.0,
+                "peak_memory_bytes": 10**8,
+            },
+        )
+    )
+    commands = [
+        ["show", "--storage", url, "--study", "s"],
+        ["show", "--storage", url, "--study", "s", "--json"],
+        ["compare", str(tmp_path / "s.db")],
+        ["export", "--storage", url, "--study", "s", "--format", "yaml"],
+        ["export", "--storage", url, "--study", "s", "--format", "hf"],
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", READ_A_STUDY, json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["codes"] == [0] * len(commands), result["out"]
+    assert result["torch"] is False

@@ -1,0 +1,59 @@
+"""The package as users install it: a built wheel carries the default search spaces, and a
+non-editable install finds them (they live in search_spaces/ at the repository root)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SPACES = sorted(p.name for p in (ROOT / "search_spaces").glob("*.yaml"))
+
+pytestmark = pytest.mark.process
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("autotune-*.whl")
+    return built
+
+
+def test_the_wheel_carries_the_default_search_spaces(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert SPACES == ["cpu.yaml", "gpt2.yaml"]
+    assert all(f"autotune/search_spaces/{name}" in names for name in SPACES), names
+
+
+def test_an_installed_wheel_finds_its_spaces_outside_the_repository(wheel, tmp_path):
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    code = (
+        "import autotune, sys; from autotune.search.space_file import default_space_path, load_space; "
+        "print(autotune.__file__); [print(load_space(default_space_path(k)).source) for k in ('cpu', 'cuda')]"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    package, cpu, cuda = proc.stdout.split()
+    assert package.startswith(str(site))  # the installed copy, not the repository
+    assert cpu == str(site / "autotune" / "search_spaces" / "cpu.yaml")
+    assert cuda == str(site / "autotune" / "search_spaces" / "gpt2.yaml")
