@@ -56,8 +56,9 @@ class Hang(_Tiny):
 
 class MemoryHog(_Tiny):
     """Peak RSS = the process's own + HOG_BYTES_PER_TOKEN x the largest batch's token
-    positions (rounded up to a power of two). The buffer is kept on the model across steps and only replaced (freed first)
-    when a batch is larger, so the peak follows token_budget, not the number of steps, and
+    positions (rounded up to a power of two). The buffer is kept on the model across steps and
+    only replaced (freed first) when a batch is larger, so the peak follows token_budget, not
+    the number of steps, and
     a step costs no more than a tiny one once the buffer is there."""
 
     def __init__(self) -> None:

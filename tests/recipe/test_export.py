@@ -1,4 +1,4 @@
-"""`export.render`: the recipe file as JSON and YAML, and Hugging Face / Lightning snippets
+"""autotune.recipe.export: the recipe file as JSON and YAML, and Hugging Face / Lightning snippets
 that parse as Python and say what they cannot express."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import yaml
 
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
-from autotune.recipe.export import FORMATS, render
 from autotune.recipe import Recipe
+from autotune.recipe.export import FORMATS, render
 
 
 def make_recipe(**knobs) -> Recipe:
@@ -27,8 +27,17 @@ def make_recipe(**knobs) -> Recipe:
     )
 
 
-TUNED = dict(num_workers=4, prefetch_factor=2, pin_memory=True, persistent_workers=True, token_budget=16384,
-             amp_dtype="bfloat16", compile_mode="max-autotune", sdpa_backend="flash", checkpoint_layers=(0, 1, 5))
+TUNED = dict(
+    num_workers=4,
+    prefetch_factor=2,
+    pin_memory=True,
+    persistent_workers=True,
+    token_budget=16384,
+    amp_dtype="bfloat16",
+    compile_mode="max-autotune",
+    sdpa_backend="flash",
+    checkpoint_layers=(0, 1, 5),
+)
 
 
 def assigned_dict(source: str, name: str) -> dict:
@@ -85,8 +94,9 @@ def test_hf_tuned_recipe():
     assert "token budget" in text and "group_by_length=True is the closest" in text
 
 
-@pytest.mark.parametrize("amp,flags", [("float16", (False, True, False)), ("tf32", (False, False, True)),
-                                       ("float32", (False, False, False))])
+@pytest.mark.parametrize(
+    "amp,flags", [("float16", (False, True, False)), ("tf32", (False, False, True)), ("float32", (False, False, False))]
+)
 def test_hf_precision_variants(amp, flags):
     args = assigned_dict(render(make_recipe(amp_dtype=amp, batching="fixed", token_budget=512), "hf"), "training_args")
     assert (args["bf16"], args["fp16"], args["tf32"]) == flags
@@ -101,7 +111,11 @@ def test_lightning_tuned_recipe():
     text = render(make_recipe(**TUNED), "lightning")
     assert assigned_dict(text, "trainer_kwargs") == {"precision": "bf16-mixed"}
     assert assigned_dict(text, "dataloader_kwargs") == {
-        "batch_size": 16, "num_workers": 4, "pin_memory": True, "prefetch_factor": 2, "persistent_workers": True,
+        "batch_size": 16,
+        "num_workers": 4,
+        "pin_memory": True,
+        "prefetch_factor": 2,
+        "persistent_workers": True,
     }
     assert "torch.utils.checkpoint" in text and "configure_model" in text
     assert "apply_to_model" in text

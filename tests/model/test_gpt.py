@@ -1,5 +1,5 @@
-"""Tests of autotune.models: the GPT-2 sizes, the tied head, the block layout the knobs rely
-on, the loss contract (pads ignored, no leak from pads) and user model factories."""
+"""autotune.model.gpt: the GPT-2 sizes, the tied head, the loss contract (pads ignored, no
+leak from pads)."""
 
 from __future__ import annotations
 
@@ -7,25 +7,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autotune.errors import UsageError
 from autotune.config import IGNORE_INDEX
 from autotune.model.gpt import MODEL_SIZES
-from autotune.model.introspect import find_blocks, model_shape, non_embedding_params
+from autotune.model.introspect import non_embedding_params
 from autotune.model.load import build_model
-
-REAL_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+from tests.helpers import meta_model
 
 
 def expected_params(n_layer: int, d: int, vocab: int, ctx: int) -> int:
     """GPT-2 counted by hand: per block attn (3d²+3d + d²+d), MLP (4d²+4d + 4d²+d), two
     LayerNorms (4d) = 12d² + 13d; token + position embeddings; final LayerNorm; tied head (0)."""
     return n_layer * (12 * d * d + 13 * d) + vocab * d + ctx * d + 2 * d
-
-
-def meta_model(name: str) -> torch.nn.Module:
-    # On the meta device: shapes only, no memory and no random init cost (gpt2-xl is 1.5B).
-    with torch.device("meta"):
-        return build_model(name)
 
 
 @pytest.mark.parametrize(
@@ -52,18 +44,6 @@ def test_head_is_tied_to_token_embedding():
     assert model.lm_head.weight is model.transformer.wte.weight
     meta = meta_model("gpt2")
     assert meta.lm_head.weight is meta.transformer.wte.weight
-
-
-@pytest.mark.parametrize("name", REAL_SIZES + ("gpt2-tiny",))
-def test_blocks_are_one_module_list_at_transformer_h(name):
-    model = meta_model(name)
-    blocks = find_blocks(model)
-    assert blocks is model.transformer.h
-    assert isinstance(blocks, torch.nn.ModuleList) and len(blocks) == MODEL_SIZES[name].n_layer
-    shape = model_shape(model)
-    cfg = MODEL_SIZES[name]
-    assert (shape.vocab_size, shape.context_length, shape.n_layer, shape.n_head, shape.head_dim) == (
-        cfg.vocab_size, cfg.block_size, cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head)
 
 
 def test_tiny_is_the_documented_shape():
@@ -118,38 +98,3 @@ def test_right_pad_inputs_do_not_leak_into_real_positions():
         real = x.clone()
         real[:, 3] = (real[:, 3] + 1) % 320
         assert model(real, labels).item() != pytest.approx(model(x, labels).item(), rel=1e-6)
-
-
-def test_unknown_model_lists_the_names():
-    with pytest.raises(UsageError) as info:
-        build_model("nope")
-    message = str(info.value)
-    assert "'nope'" in message and "package.module:factory" in message
-    for name in MODEL_SIZES:
-        assert name in message
-
-
-def test_user_factory_builds_a_llama_style_model():
-    model = build_model("tests.fixture_models:make_llama")
-    from tests.fixture_models import LlamaLike
-
-    assert isinstance(model, LlamaLike)
-    assert find_blocks(model) is model.model.layers
-    shape = model_shape(model)
-    assert (shape.vocab_size, shape.context_length, shape.n_layer) == (300, 64, 2)
-    x = torch.randint(0, 300, (2, 16))
-    loss = model(x, x)
-    assert loss.dim() == 0 and torch.isfinite(loss)
-
-
-@pytest.mark.parametrize(
-    "name, message",
-    [
-        ("tests.no_such_module:make", "cannot import module 'tests.no_such_module'"),
-        ("tests.fixture_models:missing", "has no callable 'missing'"),
-        ("tests.fixture_models:not_a_module", "expected a torch.nn.Module"),
-    ],
-)
-def test_bad_user_factories_are_usage_errors(name, message):
-    with pytest.raises(UsageError, match=message):
-        build_model(name)

@@ -1,41 +1,41 @@
-"""Tests of `autotune bench`: the JSON contract, exit codes (0 ok, 1 a failed outcome, 2 bad
-input), one-line error messages, and the human summary. One real subprocess run proves
+"""`autotune bench`: the JSON contract, exit codes (0 ok, 1 a failed outcome, 2 bad input),
+one-line error messages, and the human summary. One real subprocess run proves
 `python -m autotune` works end to end; the rest run in-process through click's runner."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from autotune.cli import main
 from autotune.config import KNOBS
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import FAST, ROOT, invoke, run_autotune
 
 JSON_KEYS = {
-    "config", "outcome", "reason", "tokens_per_sec", "padded_tokens_per_sec", "padding_fraction",
-    "step_time_median_s", "step_time_cv", "data_wait_fraction", "compile_time_s", "mfu",
-    "peak_memory_bytes", "gpu_utilization", "device",
+    "config",
+    "outcome",
+    "reason",
+    "tokens_per_sec",
+    "padded_tokens_per_sec",
+    "padding_fraction",
+    "step_time_median_s",
+    "step_time_cv",
+    "data_wait_fraction",
+    "compile_time_s",
+    "mfu",
+    "peak_memory_bytes",
+    "gpu_utilization",
+    "device",
 }
 
 
 def bench(*args: str):
-    return CliRunner().invoke(main, ["bench", "--device", "cpu", *args])
+    return invoke("bench", "--device", "cpu", "--min-time", "0", *args)
 
 
+@pytest.mark.process
 def test_python_m_autotune_bench_json():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run(
-        [sys.executable, "-m", "autotune", "bench", "--model", "gpt2-tiny", "--device", "cpu", "--json",
-         "--steps", "4", "--warmup", "1"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )
+    proc = run_autotune("bench", "--model", "gpt2-tiny", *FAST, "--json", cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)  # stdout is exactly one JSON object, nothing else
     assert JSON_KEYS <= set(data)
@@ -44,10 +44,18 @@ def test_python_m_autotune_bench_json():
     assert 0 <= data["padding_fraction"] < 1 and data["step_time_median_s"] > 0
     assert data["mfu"] is None and data["gpu_utilization"] is None and data["peak_memory_bytes"] > 0
     assert data["device"]["kind"] == "cpu" and data["steps"] >= 4
-    assert data["config"] == {"num_workers": 0, "prefetch_factor": None, "pin_memory": False,
-                              "persistent_workers": False, "token_budget": 8192, "batching": "padded",
-                              "amp_dtype": "float32", "compile_mode": "none", "sdpa_backend": "auto",
-                              "checkpoint_layers": []}
+    assert data["config"] == {
+        "num_workers": 0,
+        "prefetch_factor": None,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "token_budget": 8192,
+        "batching": "padded",
+        "amp_dtype": "float32",
+        "compile_mode": "none",
+        "sdpa_backend": "auto",
+        "checkpoint_layers": [],
+    }
 
 
 def test_unsupported_config_is_json_and_exit_1():
@@ -66,8 +74,18 @@ def test_unsupported_config_human_output_names_the_knob():
 
 
 def test_human_output_shows_effective_tokens_and_applies_the_options():
-    result = bench("--steps", "2", "--warmup", "1", "--batching", "packed",
-                   "--set", "token_budget=1024", "--set", "checkpoint_layers=1")
+    result = bench(
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--batching",
+        "packed",
+        "--set",
+        "token_budget=1024",
+        "--set",
+        "checkpoint_layers=1",
+    )
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "gpt2-tiny on " in out and ": ok" in out

@@ -1,117 +1,32 @@
-"""The recipe file (load/save, refusals) and the recipe applied in a user's training code:
-apply_to_model, dataloader, autocast, grad_scaler."""
+"""autotune.recipe.training, the recipe applied in a user's training code: apply_to_model,
+dataloader, autocast, grad_scaler; and the example training script run with a recipe."""
 
 from __future__ import annotations
 
 import copy
-import json
 import pickle
+import subprocess
+import sys
 import warnings
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-import yaml
 
-import autotune
-from autotune.config import TrainConfig
-from autotune.device import describe, software_versions
 from autotune.errors import RecipeEnvironmentWarning, UsageError
 from autotune.knobs.checkpoint import is_checkpointed
 from autotune.knobs.compile import is_compiled
-from autotune.recipe.recipe import FORMAT, Recipe
 from autotune.recipe.training import TokenSequences
 from tests.fixture_models import make_llama, make_odd_path
-
-
-def make_recipe(**knobs) -> Recipe:
-    model = knobs.pop("model", {"name": "gpt2-tiny", "seq_len": 64, "n_layer": 2, "vocab_size": 320})
-    return Recipe(
-        config=TrainConfig(**knobs),
-        model=model,
-        measured={"tokens_per_sec": 1234.5, "peak_memory_bytes": 10**8, "memory_limit_bytes": None},
-        hardware=describe("cpu").to_dict(),
-        software=software_versions(),
-        study={"name": "s", "storage": "sqlite:///x.db", "trial": 3},
-        created="2026-01-01T00:00:00+00:00",
-    )
-
-
-def write_raw(tmp_path, raw: dict, name: str = "r.json"):
-    path = tmp_path / name
-    path.write_text(json.dumps(raw))
-    return path
-
-
-# --------------------------------------------------------------------------- files
-
-
-def test_exported_from_package():
-    assert autotune.Recipe is Recipe
-    assert set(autotune.__all__) == {"Recipe", "__version__"}
-
-
-def test_save_load_round_trip_json_and_yaml(tmp_path):
-    recipe = make_recipe(num_workers=2, prefetch_factor=4, amp_dtype="bfloat16", checkpoint_layers=(1, 0))
-    path = recipe.save(tmp_path / "sub" / "r.json")
-    loaded = Recipe.load(path, check_environment=False)
-    assert loaded == recipe
-    assert loaded.config.checkpoint_layers == (0, 1)
-    yaml_path = tmp_path / "r.yaml"
-    yaml_path.write_text(yaml.safe_dump(recipe.to_dict()))
-    assert Recipe.load(yaml_path, check_environment=False) == recipe
-
-
-def test_newer_version_is_refused(tmp_path):
-    raw = make_recipe().to_dict() | {"version": 2}
-    with pytest.raises(UsageError, match="newer than this autotune reads"):
-        Recipe.load(write_raw(tmp_path, raw))
-
-
-def test_unknown_key_is_refused(tmp_path):
-    raw = make_recipe().to_dict() | {"surprise": 1}
-    with pytest.raises(UsageError, match="unknown key 'surprise'"):
-        Recipe.load(write_raw(tmp_path, raw))
-
-
-def test_python_tags_are_refused_and_never_run(tmp_path):
-    target = tmp_path / "FILE"
-    text = (f"format: {FORMAT}\nversion: 1\nconfig: {{}}\n"
-            f'data: !!python/object/apply:os.system ["echo hacked > {target}"]\n')
-    path = tmp_path / "evil.yaml"
-    path.write_text(text)
-    with pytest.raises(UsageError, match="not a valid recipe file"):
-        Recipe.load(path)
-    assert not target.exists()
-
-
-def test_recipe_from_other_hardware_warns_once(tmp_path):
-    recipe = make_recipe()
-    recipe.hardware = {**recipe.hardware, "name": "Imaginary Accelerator 9000"}
-    path = recipe.save(tmp_path / "elsewhere.json")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        Recipe.load(path)
-    env = [w for w in caught if issubclass(w.category, RecipeEnvironmentWarning)]
-    assert len(env) == 1
-    assert "Imaginary Accelerator 9000" in str(env[0].message)
-
-    same = make_recipe().save(tmp_path / "here.json")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        Recipe.load(same)
-    assert not [w for w in caught if issubclass(w.category, RecipeEnvironmentWarning)]
-
-
-# ----------------------------------------------------------------------- the model
+from tests.helpers import ROOT, cpu_recipe, save_recipe
 
 
 def test_apply_to_model_at_a_path_autotune_cannot_guess():
     model = make_odd_path()  # blocks at backbone.stack
     model.backbone.stack.append(copy.deepcopy(model.backbone.stack[0]))  # 3 blocks
     keys = set(model.state_dict())
-    recipe = make_recipe(checkpoint_layers=(1,), compile_mode="default")
+    recipe = cpu_recipe(checkpoint_layers=(1,), compile_mode="default")
     with pytest.raises(UsageError, match="cannot find the transformer blocks"):
         recipe.apply_to_model(make_odd_path())
     out = recipe.apply_to_model(model, block_path="backbone.stack")
@@ -126,7 +41,7 @@ def test_apply_to_model_eager_checkpointing_keeps_the_maths():
     torch.manual_seed(0)
     model = make_llama()  # Llama-style: blocks at model.layers, found without block_path
     reference = copy.deepcopy(model)
-    make_recipe(checkpoint_layers=(0,), compile_mode="none").apply_to_model(model)
+    cpu_recipe(checkpoint_layers=(0,), compile_mode="none").apply_to_model(model)
     assert [is_checkpointed(b) for b in model.model.layers] == [True, False]
     assert not any(is_compiled(b) for b in model.model.layers)
     x = torch.randint(0, 300, (2, 16))
@@ -141,15 +56,12 @@ def test_apply_to_model_eager_checkpointing_keeps_the_maths():
 
 def test_apply_to_model_block_beyond_the_model():
     with pytest.raises(UsageError, match="block 5 does not exist, the model has 2 blocks"):
-        make_recipe(checkpoint_layers=(0, 5)).apply_to_model(make_llama())
+        cpu_recipe(checkpoint_layers=(0, 5)).apply_to_model(make_llama())
 
 
 def test_apply_to_model_moves_to_device_first():
-    model = make_recipe().apply_to_model(nn.Sequential(nn.Linear(2, 2)), device="cpu")
+    model = cpu_recipe().apply_to_model(nn.Sequential(nn.Linear(2, 2)), device="cpu")
     assert next(model.parameters()).device.type == "cpu"
-
-
-# ------------------------------------------------------------------------ the data
 
 
 def documents(count: int = 200, seed: int = 0, max_len: int = 65) -> list[list[int]]:
@@ -160,7 +72,7 @@ def documents(count: int = 200, seed: int = 0, max_len: int = 65) -> list[list[i
 
 def test_dataloader_from_python_lists_respects_the_budget():
     docs = documents()
-    recipe = make_recipe(token_budget=256)  # seq_len 64 from the recipe
+    recipe = cpu_recipe(token_budget=256)  # seq_len 64 from the recipe
     seen_tokens = 0
     for input_ids, labels in recipe.dataloader(docs):
         assert input_ids.dtype == labels.dtype == torch.int64
@@ -180,7 +92,7 @@ def test_dataloader_from_python_lists_respects_the_budget():
 def test_dataloader_accepts_arrays_and_tensors(kind):
     docs = documents(50)
     data = [np.asarray(d, dtype=np.int32) if kind == "numpy" else torch.tensor(d) for d in docs]
-    batches = list(make_recipe(token_budget=128, batching="fixed").dataloader(data))
+    batches = list(cpu_recipe(token_budget=128, batching="fixed").dataloader(data))
     assert len(batches) == 50 // 2  # fixed: token_budget // seq_len = 2 sequences of 64 each
     assert all(x.shape == (2, 64) for x, _ in batches)
 
@@ -203,7 +115,7 @@ class CountingDataset:
 
 def test_dataloader_uses_lengths_without_reading():
     data = CountingDataset(documents(40))
-    loader = make_recipe(token_budget=256).dataloader(data)
+    loader = cpu_recipe(token_budget=256).dataloader(data)
     assert data.reads == 0
     next(iter(loader))
     assert 0 < data.reads <= 256
@@ -211,16 +123,16 @@ def test_dataloader_uses_lengths_without_reading():
 
 def test_dataloader_default_seq_len_is_the_longest_item():
     docs = documents(40, max_len=33)
-    recipe = make_recipe(token_budget=256, batching="fixed", model={"name": "x"})  # no seq_len recorded
+    recipe = cpu_recipe(token_budget=256, batching="fixed", model={"name": "x"})  # no seq_len recorded
     x, _ = next(iter(recipe.dataloader(docs)))
     assert x.shape[1] == max(len(d) for d in docs) - 1
 
 
 def test_dataloader_refuses_items_longer_than_seq_len():
     with pytest.raises(UsageError, match="more than seq_len"):
-        make_recipe().dataloader([[1] * 100])
+        cpu_recipe().dataloader([[1] * 100])
     with pytest.raises(UsageError, match="at least 2"):
-        make_recipe().dataloader([[1, 2, 3], [4]])
+        cpu_recipe().dataloader([[1, 2, 3], [4]])
 
 
 def test_custom_collate_fn_is_used():
@@ -230,7 +142,7 @@ def test_custom_collate_fn_is_used():
         received.append(items)
         return {"n": len(items)}
 
-    batch = next(iter(make_recipe(token_budget=256).dataloader(documents(20), collate_fn=collate)))
+    batch = next(iter(cpu_recipe(token_budget=256).dataloader(documents(20), collate_fn=collate)))
     assert isinstance(batch, dict) and batch["n"] == len(received[0])
     assert all(t.dtype == torch.int64 and t.dim() == 1 for t in received[0])
 
@@ -239,7 +151,7 @@ def test_wrapper_pickles_for_workers_and_runs_in_one():
     docs = documents(30)
     wrapped = pickle.loads(pickle.dumps(TokenSequences(docs, np.array([len(d) for d in docs]))))
     assert torch.equal(wrapped[3], torch.tensor(docs[3]))
-    recipe = make_recipe(token_budget=256, num_workers=1, prefetch_factor=2)
+    recipe = cpu_recipe(token_budget=256, num_workers=1, prefetch_factor=2)
     tokens = sum(int((y != -100).sum()) for _, y in recipe.dataloader(docs))
     assert tokens == sum(len(d) - 1 for d in docs)
 
@@ -248,30 +160,27 @@ def test_wrapper_pickles_for_workers_and_runs_in_one():
 def test_pin_memory_without_cuda_is_dropped_with_one_warning():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        loader = make_recipe(token_budget=256, pin_memory=True).dataloader(documents(20))
+        loader = cpu_recipe(token_budget=256, pin_memory=True).dataloader(documents(20))
     assert [w.category for w in caught] == [RecipeEnvironmentWarning]
     assert loader.pin_memory is False
     next(iter(loader))
 
 
-# ------------------------------------------------------------- precision and scaler
-
-
 def test_autocast_bfloat16_on_cpu():
     layer = nn.Linear(8, 8)
     x = torch.randn(2, 8)
-    with make_recipe(amp_dtype="bfloat16").autocast("cpu"):
+    with cpu_recipe(amp_dtype="bfloat16").autocast("cpu"):
         assert layer(x).dtype == torch.bfloat16
-    with make_recipe(amp_dtype="bfloat16").autocast():  # defaults to this machine's device
+    with cpu_recipe(amp_dtype="bfloat16").autocast():  # defaults to this machine's device
         out = layer(x.to("cuda") if torch.cuda.is_available() else x)
         assert out.dtype == torch.bfloat16
-    with make_recipe(amp_dtype="float32").autocast("cpu"):
+    with cpu_recipe(amp_dtype="float32").autocast("cpu"):
         assert layer(x).dtype == torch.float32
 
 
 def test_autocast_forces_the_sdpa_backend():
     q = torch.randn(1, 2, 8, 16)
-    with make_recipe(sdpa_backend="math").autocast("cpu"):
+    with cpu_recipe(sdpa_backend="math").autocast("cpu"):
         assert torch.backends.cuda.math_sdp_enabled()
         assert not torch.backends.cuda.flash_sdp_enabled()
         torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
@@ -280,4 +189,28 @@ def test_autocast_forces_the_sdpa_backend():
 
 @pytest.mark.parametrize("dtype,enabled", [("float16", True), ("bfloat16", False), ("float32", False), ("tf32", False)])
 def test_grad_scaler_only_for_float16(dtype, enabled):
-    assert make_recipe(amp_dtype=dtype).grad_scaler("cpu").is_enabled() is enabled
+    assert cpu_recipe(amp_dtype=dtype).grad_scaler("cpu").is_enabled() is enabled
+
+
+@pytest.mark.process
+def test_example_script_trains_on_cpu(recipe, tmp_path):
+    path = save_recipe(recipe, tmp_path / "r.json")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "train_gpt2.py"),
+            "--steps",
+            "3",
+            "--recipe",
+            str(path),
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    steps = [line for line in proc.stdout.splitlines() if line.startswith("step")]
+    assert len(steps) == 3 and all("loss" in line for line in steps)

@@ -1,0 +1,543 @@
+"""Helpers shared by the test modules: paths, the CLI in-process and as a process, the
+settings every test search uses, process checks, polling, and a synthetic GPU study.
+
+Every measurement here is timed for 0 s at least (`--min-time 0`, `min_time_s=0`): the step
+count alone decides the window, except in the tests about the minimum time itself."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from click.testing import CliRunner
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from autotune.cli import main
+from autotune.config import RunSpec, TrainConfig
+from autotune.search.fleet import STORAGE_ENV
+from autotune.search.run import SearchSettings
+from autotune.search.storage import open_storage
+
+ROOT = Path(__file__).resolve().parent.parent
+SPACES = ROOT / "tests" / "spaces"
+TINY_SPACE = SPACES / "tiny.yaml"
+COMPARE_SPACE = SPACES / "compare.yaml"
+GiB = 2**30
+
+# The CLI's run options in every test that runs the model: gpt2-tiny-sized work on this CPU.
+FAST = ["--device", "cpu", "--steps", "4", "--warmup", "1", "--min-time", "0"]
+STUDY = "gpt2-tiny-cpu"  # the name `autotune search --model gpt2-tiny --device cpu` gives its study
+# The seed of the session's `searched` study: its two sampled trials are then 2048 tokens with
+# math attention and 1024 with flash, neither checkpointed (configurations TPE draws at random
+# before it models the space, whatever the measurements): one runs on a Volta GPU, one does not.
+SEARCHED_SEED = 14
+TRIALS_PER_WORKER = 2  # in the two-worker runs (conftest.run_two_workers)
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+# Trial params of tests/spaces/tiny.yaml: the smallest configuration.
+TINY_PARAMS = {
+    "token_budget": 1024,
+    "amp_dtype": "float32",
+    "compile_mode": "none",
+    "sdpa_backend": "math",
+    "num_workers": 0,
+    "checkpoint_count": 0,
+}
+
+# Optuna's log handler is bound to the stderr of its first use: make that pytest's, not a
+# CliRunner stream that is closed when the command returns.
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+# --- the CLI ----------------------------------------------------------------------------------------
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    """`autotune ARGS` in this process, through click's runner."""
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def repo_env(**extra: str) -> dict[str, str]:
+    """This environment for a child process that imports `tests.*` (fault models, user
+    factories) from any working directory, without a storage URL inherited from a worker."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.pop(STORAGE_ENV, None)
+    env.update(extra)
+    return env
+
+
+def in_repo_env(monkeypatch) -> None:
+    """Trial processes started from this process can import tests.fault_models."""
+    monkeypatch.setenv("PYTHONPATH", repo_env()["PYTHONPATH"])
+
+
+def autotune_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "autotune", *args]
+
+
+def run_autotune(
+    *args: str, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`python -m autotune ARGS` as a process, to its end."""
+    return subprocess.run(
+        autotune_cmd(*args), cwd=cwd, env=env or repo_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start_process(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`cmd` started in its own session (a signal reaches it alone, as a terminal's Ctrl-C
+    would; its whole group can be killed), its output piped."""
+    return subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env or repo_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def start_tuner(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`python -m autotune ARGS`, started as start_process starts a command."""
+    return start_process(autotune_cmd(*args), cwd=cwd, env=env)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Wait for a process started with pipes; what it printed and its exit status."""
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@dataclass
+class Ran:
+    """A finished command, read like click's test result: exit_code, stdout, stderr, output."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    @classmethod
+    def of(cls, done: subprocess.CompletedProcess) -> "Ran":
+        return cls(done.returncode, done.stdout, done.stderr)
+
+
+# --- what the test searches run ---------------------------------------------------------------------
+
+
+def search_args(storage: str, study: str, n_trials: int, *extra: str) -> list[str]:
+    """An `autotune search` command line on tests/spaces/tiny.yaml."""
+    return [
+        "search",
+        "--model",
+        "gpt2-tiny",
+        *FAST,
+        "--space",
+        str(TINY_SPACE),
+        "--trial-timeout",
+        "240s",
+        "--n-trials",
+        str(n_trials),
+        "--storage",
+        storage,
+        "--study",
+        study,
+        *extra,
+    ]
+
+
+def search_settings(**kwargs) -> SearchSettings:
+    """`search` settings as a library call: gpt2-tiny on this CPU, tests/spaces/tiny.yaml."""
+    base = dict(model="gpt2-tiny", device="cpu", space=str(TINY_SPACE), steps=4, warmup=1, min_time_s=0)
+    return SearchSettings(**{**base, **kwargs})
+
+
+def study_settings(tmp: Path, name: str, **kwargs) -> SearchSettings:
+    """Settings of a study `name` kept in tmp/NAME.db on tests/spaces/compare.yaml, its
+    recipe in tmp/recipes."""
+    base = dict(
+        space=str(COMPARE_SPACE),
+        storage=f"sqlite:///{tmp}/{name}.db",
+        study=name,
+        recipe=str(tmp / "recipes" / f"{name}.json"),
+    )
+    return search_settings(**{**base, **kwargs})
+
+
+# gpt2-tiny's context and blocks, and the data tests' token budget (the `synthetic` fixture is made
+# for this context).
+SEQ, N_LAYER, BUDGET = 128, 2, 4096
+
+
+def write_space(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
+    """A search space file of `text` (dedented) in tmp_path."""
+    import textwrap
+
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def bind_space(path: Path, n_layer: int | None = N_LAYER, seq_len: int | None = SEQ):
+    """The search space at `path`, bound to a model's depth and context (gpt2-tiny's by default)."""
+    from autotune.search.space_file import load_space
+
+    return load_space(path, n_layer=n_layer, seq_len=seq_len)
+
+
+def data_loader(dataset, **knobs):
+    """build_dataloader over `dataset` at context SEQ, seed 0, token_budget BUDGET unless given."""
+    from autotune.data.batching import build_dataloader
+
+    knobs.setdefault("token_budget", BUDGET)
+    return build_dataloader(dataset, TrainConfig(**knobs), seq_len=SEQ, seed=0)
+
+
+def tiny_spec(**changes) -> RunSpec:
+    """A measurement of gpt2-tiny on this CPU: one warm-up step, `steps` timed, no minimum time."""
+    return RunSpec(**{"model": "gpt2-tiny", "device": "cpu", "warmup": 1, "steps": 5, "min_time_s": 0, **changes})
+
+
+def tiny_context():
+    """The StudyContext of a gpt2-tiny study on tests/spaces/tiny.yaml."""
+    from autotune.device import describe
+    from autotune.search.space_file import load_space
+    from autotune.search.study import StudyContext
+
+    spec = RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=4, min_time_s=0, memory_limit_bytes=2 * GiB)
+    return StudyContext(
+        spec=spec,
+        device=describe("cpu"),
+        space=load_space(TINY_SPACE, n_layer=2, seq_len=128),
+        memory_limit_bytes=2 * GiB,
+        trial_timeout_s=60,
+    )
+
+
+def meta_model(name: str):
+    """A model built on the meta device: shapes only, no memory and no random init cost (gpt2-xl is 1.5B)."""
+    import torch
+
+    from autotune.model.load import build_model
+
+    with torch.device("meta"):
+        return build_model(name)
+
+
+# The CPU attention kernels, as the profiler names them.
+MATH_OP = "aten::_scaled_dot_product_attention_math"
+FLASH_OP = "aten::_scaled_dot_product_flash_attention_for_cpu"
+
+
+def tiny(seed: int = 0):
+    """gpt2-tiny, seeded."""
+    import torch
+
+    from autotune.model.load import build_model
+
+    torch.manual_seed(seed)
+    return build_model("gpt2-tiny")
+
+
+def batch(width: int = 48, rows: int = 2, seed: int = 1):
+    """(input_ids, labels) for gpt2-tiny: random tokens, labels the inputs shifted by one."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 320, (rows, width), generator=g)
+    return x, torch.roll(x, -1, dims=1)
+
+
+def ok_measurement():
+    """What a trial process reports for a run that went well, as the objective reads it."""
+    from autotune.measure.measurement import Measurement
+
+    return Measurement(config={}, outcome="ok", tokens_per_sec=5000.0, peak_memory_bytes=800)
+
+
+def nothing_written(where: Path) -> bool:
+    """No study and no recipe under `where`: what every refused command must leave."""
+    return not (where / "studies").exists() and not (where / "recipes").exists()
+
+
+def run_objective(ctx, params: list[dict], objective=None) -> optuna.Study:
+    """The search's objective on chosen configurations, in an in-memory study without the
+    reference trials: the trial path of `run_search` (Objective -> runner -> trial process),
+    only the configurations are picked by the test."""
+    from autotune.search.objective import Objective, TrialFailed
+
+    study = optuna.create_study(direction="maximize")
+    for p in params:
+        study.enqueue_trial(p)
+    study.optimize(objective or Objective(ctx), n_trials=len(params), catch=(TrialFailed,))
+    return study
+
+
+def run_together(n: int, work) -> list[Exception]:
+    """Run `work` in n threads released at the same moment; return what they raised."""
+    import threading
+
+    barrier, errors = threading.Barrier(n), []
+
+    def worker() -> None:
+        try:
+            barrier.wait()
+            work()
+        except Exception as exc:  # noqa: BLE001 - the test asserts there were none
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return errors
+
+
+def cpu_recipe(**knobs):
+    """A recipe of gpt2-tiny (context 64) made on this machine, with these knobs."""
+    from autotune.device import describe, software_versions
+    from autotune.recipe.recipe import Recipe
+
+    model = knobs.pop("model", {"name": "gpt2-tiny", "seq_len": 64, "n_layer": 2, "vocab_size": 320})
+    return Recipe(
+        config=TrainConfig(**knobs),
+        model=model,
+        measured={"tokens_per_sec": 1234.5, "peak_memory_bytes": 10**8, "memory_limit_bytes": None},
+        hardware=describe("cpu").to_dict(),
+        software=software_versions(),
+        study={"name": "s", "storage": "sqlite:///x.db", "trial": 3},
+        created="2026-01-01T00:00:00+00:00",
+    )
+
+
+def save_recipe(recipe, path: Path, **measured) -> Path:
+    """A copy of `recipe` saved at `path`, its measured figures updated with `measured`."""
+    from autotune.recipe.recipe import Recipe
+
+    copy = Recipe.from_dict(recipe.to_dict())
+    copy.measured.update(measured)
+    return copy.save(path)
+
+
+def load(url: str, study: str) -> optuna.Study:
+    return optuna.load_study(study_name=study, storage=open_storage(url, create=False))
+
+
+# --- measure()'s data path -------------------------------------------------------------------------
+
+
+class RecordingLoader:
+    """Wraps the DataLoader that `measure()` builds and records every batch it yields, in
+    order: the first `warmup_steps` are warm-up, the next `steps` the timed window."""
+
+    def __init__(self, loader, record: "BatchRecord") -> None:
+        self.loader = loader
+        self.record = record
+
+    def __iter__(self):
+        for input_ids, labels in self.loader:
+            self.record.shapes.append(tuple(input_ids.shape))
+            self.record.tokens.append(int((labels != -100).sum()))
+            yield input_ids, labels
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+class BatchRecord:
+    def __init__(self) -> None:
+        self.loaders: list = []  # the real DataLoaders measure() built
+        self.shapes: list[tuple[int, int]] = []
+        self.tokens: list[int] = []
+
+    def clear(self) -> None:
+        self.loaders.clear()
+        self.shapes.clear()
+        self.tokens.clear()
+
+
+def record_batches(monkeypatch) -> BatchRecord:
+    """Spy on `measure()`'s data path: which loader it built and the batches it stepped on."""
+    import autotune.measure.loop
+
+    record = BatchRecord()
+    real = autotune.measure.loop.build_dataloader
+
+    def spy(*args, **kwargs):
+        loader = real(*args, **kwargs)
+        record.loaders.append(loader)
+        return RecordingLoader(loader, record)
+
+    monkeypatch.setattr(autotune.measure.loop, "build_dataloader", spy)
+    return record
+
+
+# --- processes ----------------------------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, process group) from /proc, or None when there is no such process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[2])
+
+
+def pid_alive(pid: int) -> bool:
+    """Running: not gone, not a zombie (dead, just not reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(TypeError):
+        return _proc_stat(pid)[0] != "Z"
+    return False
+
+
+def group_alive(pgid: int) -> list[int]:
+    """Processes of process group `pgid` that still run."""
+    alive = []
+    for entry in os.listdir("/proc"):
+        stat = _proc_stat(int(entry)) if entry.isdigit() else None
+        if stat is not None and stat[1] == pgid and stat[0] != "Z":
+            alive.append(int(entry))
+    return alive
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.25):
+    """The predicate's first truthy value within `timeout` seconds, else an AssertionError."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@dataclass
+class TwoWorkers:
+    url: str
+    study: str
+    results: list[subprocess.CompletedProcess]
+    cwd: Path
+    wall_s: float
+
+
+def run_two_workers(url: str, cwd: Path, *extra: str, start=start_tuner, env: dict | None = None) -> TwoWorkers:
+    """Two `autotune search` processes started together on one new study, TRIALS_PER_WORKER each."""
+    study = f"two-{uuid.uuid4().hex[:6]}"
+    started = time.monotonic()
+    procs = [start(*extra, *search_args(url, study, TRIALS_PER_WORKER), cwd=cwd, env=env) for _ in range(2)]
+    results = [finish(proc) for proc in procs]
+    return TwoWorkers(url, study, results, cwd, time.monotonic() - started)
+
+
+def assert_accounted(study: optuna.Study, expected: int) -> list:
+    """Exactly `expected` trials, all finished, numbered 0..expected-1 once each, the two
+    reference trials once each."""
+    trials = study.get_trials(deepcopy=False)
+    numbers = sorted(t.number for t in trials)
+    states = {t.number: t.state.name for t in trials}
+    assert numbers == list(range(expected)), f"trial numbers {numbers} (states {states})"
+    assert all(t.state in FINISHED for t in trials), f"unfinished trials: {states}"
+    references = sorted(t.user_attrs.get("reference") for t in trials if t.user_attrs.get("reference"))
+    assert references == ["baseline", "checklist"], f"reference trials: {references}"
+    return trials
+
+
+# --- a synthetic GPU study: every outcome, without running a model -------------------------------------
+
+A100 = {
+    "kind": "cuda",
+    "name": "NVIDIA A100-SXM4-80GB",
+    "uuid": "GPU-0000",
+    "index": 0,
+    "total_memory_bytes": 85_899_345_920,
+    "compute_capability": "8.0",
+    "driver": "550.54",
+    "cuda": "12.4",
+    "torch": "2.13.0+cu124",
+    "cpu_count": 32,
+}
+
+DISTS = {
+    "token_budget": CategoricalDistribution([8192, 16384, 32768]),
+    "amp_dtype": CategoricalDistribution(["float32", "bfloat16"]),
+    "sdpa_backend": CategoricalDistribution(["math", "flash"]),
+    "checkpoint_count": IntDistribution(0, 12),
+}
+
+
+def synthetic_study(storage: str, name: str = "gpt2-nvidia-h200", n: int = 24, limit: int = 40 * GiB) -> optuna.Study:
+    """gpt2 on an H200 as a search would record it, made up: over the limit, out of memory,
+    unsupported, then random configurations (seeded)."""
+    rnd = random.Random(0)
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    hardware = {**A100, "name": "NVIDIA H200", "total_memory_bytes": 150_000_000_000, "compute_capability": "9.0"}
+    for key, value in {
+        "hardware": hardware,
+        "model": "gpt2",
+        "seq_len": 1024,
+        "n_layer": 12,
+        "data": "synthetic",
+        "memory_limit_bytes": limit,
+    }.items():
+        study.set_user_attr(key, value)
+    every_outcome = [  # over the limit, out of memory, unsupported; then random ones
+        {"token_budget": 32768, "amp_dtype": "float32", "sdpa_backend": "math", "checkpoint_count": 3},
+        {"token_budget": 32768, "amp_dtype": "float32", "sdpa_backend": "math", "checkpoint_count": 0},
+        {"token_budget": 8192, "amp_dtype": "float32", "sdpa_backend": "flash", "checkpoint_count": 0},
+    ]
+    for number in range(n):
+        p = (
+            every_outcome[number]
+            if number < len(every_outcome)
+            else {
+                k: (rnd.choice(d.choices) if isinstance(d, CategoricalDistribution) else rnd.randint(d.low, d.high))
+                for k, d in DISTS.items()
+            }
+        )
+        cfg = TrainConfig(
+            token_budget=p["token_budget"],
+            amp_dtype=p["amp_dtype"],
+            sdpa_backend=p["sdpa_backend"],
+            checkpoint_layers=tuple(range(p["checkpoint_count"])),
+        ).to_dict()
+        bf16 = cfg["amp_dtype"] == "bfloat16"
+        rate = 20000 * (2.2 if bf16 else 1) * (1.3 if cfg["sdpa_backend"] == "flash" else 1) * rnd.uniform(0.9, 1.1)
+        peak = int(cfg["token_budget"] / 1024 * (1.0 if bf16 else 2.0) * (1 - 0.05 * p["checkpoint_count"]) * GiB)
+        attrs = {"config": cfg}
+        common = dict(params=p, distributions=DISTS, user_attrs=attrs)
+        if cfg["sdpa_backend"] == "flash" and not bf16:
+            attrs.update(outcome="unsupported", reason="sdpa_backend: flash attention needs float16 or bfloat16")
+            study.add_trial(create_trial(state=TrialState.PRUNED, **common))
+        elif peak > 1.5 * limit:
+            attrs.update(outcome="oom", reason="out of memory")
+            study.add_trial(create_trial(value=0.0, constraints={"memory": 1.0}, **common))
+        else:
+            m = {"tokens_per_sec": rate, "peak_memory_bytes": peak, "peak_memory_source": "nvml", "mfu": 0.3}
+            attrs.update(
+                outcome="ok" if peak <= limit else "over_memory_limit",
+                measurement=m,
+                tokens_per_sec=rate,
+                peak_memory_bytes=peak,
+            )
+            study.add_trial(create_trial(value=rate, constraints={"memory": (peak - limit) / limit}, **common))
+    return study

@@ -1,0 +1,61 @@
+"""autotune.present.report and `autotune report`: the HTML and Markdown report with its charts, of
+a real study and of a synthetic GPU study with every outcome."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from autotune.search.storage import load_ref
+from autotune.search.study import summarize
+from tests.helpers import invoke, synthetic_study
+
+
+def check_images(out: Path) -> None:
+    import matplotlib.image
+    import numpy as np
+
+    html = (out / "index.html").read_text()
+    md = (out / "report.md").read_text()
+    for name in ("history", "memory", "importance", "knobs"):
+        path = out / f"{name}.png"
+        pixels = matplotlib.image.imread(path)
+        height, width = pixels.shape[:2]
+        assert width >= 400 and height >= 300, (name, width, height)
+        assert float(np.std(pixels)) > 0, name
+        assert f'src="{name}.png"' in html and f"({name}.png)" in md
+    assert "<script" not in html.lower()
+
+
+@pytest.mark.process
+def test_report_of_a_real_study(studies, tmp_path):
+    out = tmp_path / "report-a"
+    result = invoke("report", "--study", "a", "--storage", str(studies / "a.db"), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert f"open {out / 'index.html'}" in result.output
+    check_images(out)
+    html = (out / "index.html").read_text()
+    best = summarize(load_ref(str(studies / "a.db"))).best
+    assert f"Best configuration (trial #{best.number})" in html
+    for knob in best.user_attrs["config"]:
+        assert f"<td>{knob}</td>" in html
+    assert "<h2>Outcomes</h2>" in html and "autotune dashboard --study a" in html
+
+
+def test_report_of_every_outcome(tmp_path):
+    synthetic_study(f"sqlite:///{tmp_path}/h200.db")
+    out = tmp_path / "reports" / "h200"
+    result = invoke("report", "--storage", str(tmp_path / "h200.db"), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    check_images(out)
+    html = (out / "index.html").read_text()
+    for outcome in ("ok", "oom", "over_memory_limit", "unsupported"):
+        assert f"<td>{outcome}</td>" in html
+    assert "Knob importance (" in html and "%</td>" in html
+
+
+@pytest.mark.process
+def test_report_of_an_unknown_study(studies, tmp_path):
+    result = invoke("report", "--study", "zzz", "--storage", str(studies / "a.db"), "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2 and "no study 'zzz'" in result.output

@@ -1,0 +1,57 @@
+"""autotune.recipe.profile and `autotune profile`: the breakdown by category, the top
+operators, and a trace file, of a recipe measured here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune.measure.profile import CATEGORIES
+from autotune.recipe.profile import profile_recipe
+from tests.helpers import invoke, save_recipe
+
+
+def test_profile_prints_the_breakdown_and_writes_a_trace(recipe, tmp_path):
+    out = tmp_path / "prof"
+    result = invoke(
+        "profile",
+        str(save_recipe(recipe, tmp_path / "r.json")),
+        "--device",
+        "cpu",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    for label in (
+        "data wait",
+        "attention (SDPA)",
+        "matmuls",
+        "elementwise / norm",
+        "optimizer",
+        "other",
+        "top operators by self CPU time",
+        "trace.json",
+    ):
+        assert label in result.stdout
+    trace = json.loads((out / "trace.json").read_text())
+    names = {str(e.get("name")) for e in trace["traceEvents"]}
+    assert any("scaled_dot_product" in n for n in names) and "aten::mm" in names
+    assert {"autotune:data_wait", "autotune:optimizer"} <= names
+
+
+def test_profile_report_figures(recipe, tmp_path):
+    report = profile_recipe(recipe, device="cpu", steps=2, warmup=1, out_dir=tmp_path)
+    assert set(report.shares) == set(CATEGORIES)
+    assert sum(report.shares.values()) == pytest.approx(1.0)
+    for category in ("attention", "matmul", "elementwise", "optimizer"):
+        assert report.shares[category] > 0, category
+    assert report.time_basis == "self CPU time"
+    assert report.top_ops and report.top_ops[0].self_time_s >= report.top_ops[-1].self_time_s
+    assert report.tokens > 0 and Path(report.trace_path).is_file()
+    json.dumps(report.to_dict())

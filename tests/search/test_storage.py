@@ -1,0 +1,197 @@
+"""autotune.search.storage: REFs naming a study, journal files and PostgreSQL (tables created
+once by workers starting together), heartbeats that fail and retry a killed worker's trial,
+and passwords, never shown."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.errors import UsageError
+from autotune.search.storage import (
+    RetryStaleTrial,
+    default_grace_period_s,
+    load_ref,
+    open_storage,
+    redact,
+    split_ref,
+)
+from tests.helpers import (
+    invoke,
+    repo_env,
+    run_autotune,
+    run_together,
+)
+
+
+def test_split_ref():
+    assert split_ref("studies/x.db") == ("studies/x.db", None)
+    assert split_ref("studies/x.db#gpt2-h200") == ("studies/x.db", "gpt2-h200")
+    assert split_ref("postgresql://tuner@db/autotune#gpt2-h200") == ("postgresql://tuner@db/autotune", "gpt2-h200")
+
+
+@pytest.mark.process
+def test_a_storage_with_several_studies_needs_a_name(studies):
+    with pytest.raises(UsageError, match=r"holds 2 studies; name one as .*#NAME: a, b"):
+        load_ref(str(studies / "both.db"))
+    assert load_ref(f"{studies}/both.db#b").study_name == "b"
+    with pytest.raises(UsageError, match="no study 'c'"):
+        load_ref(f"{studies}/both.db#c")
+    result = invoke("compare", str(studies / "both.db"), str(studies / "a.db"))
+    assert result.exit_code == 2 and "a, b" in result.output
+    result = invoke("compare", f"{studies}/both.db#a", f"{studies}/both.db#b", "--json")
+    assert result.exit_code == 0, result.output
+    assert [s["study"] for s in json.loads(result.output)["studies"]] == ["a", "b"]
+
+
+def test_a_missing_file_is_a_usage_error(tmp_path):
+    result = invoke("compare", str(tmp_path / "nope.db"))
+    assert result.exit_code == 2 and "no such database file" in result.output
+    assert not (tmp_path / "nope.db").exists()
+
+
+def test_passwords_never_show():
+    with pytest.raises(UsageError) as err:
+        load_ref("postgresql://tuner:s3cret@127.0.0.1:1/autotune#x")
+    assert "s3cret" not in str(err.value) and "***" in str(err.value)
+
+
+@pytest.mark.postgres
+def test_postgres_fixture_reaches_a_real_server(postgres):
+    import psycopg2
+
+    conn = psycopg2.connect(postgres.url)
+    with conn.cursor() as cur:
+        cur.execute("SELECT version()")
+        assert "PostgreSQL" in cur.fetchone()[0]
+    conn.close()
+
+
+@pytest.mark.postgres
+def test_workers_starting_together_on_a_fresh_database_all_get_its_tables(postgres):
+    """Optuna creates its tables on first use; workers starting at once race to do it (one
+    wins, the others hit duplicate-key errors): open_storage tries again."""
+    url = postgres.fresh_database()
+    errors = run_together(4, lambda: open_storage(url, grace_period_s=default_grace_period_s()))
+    assert not errors, errors
+
+
+HEARTBEAT_WORKER = textwrap.dedent("""
+    import sys, time, optuna
+    from autotune.search.storage import default_grace_period_s, open_storage
+    storage = open_storage(sys.argv[1], grace_period_s=default_grace_period_s())
+    study = optuna.load_study(study_name=sys.argv[2], storage=storage)
+    def objective(trial):
+        trial.suggest_int("x", 0, 9)
+        trial.set_user_attr("host", "another-host")  # not this host: only its heartbeat can tell
+        print("running", trial.number, flush=True)
+        time.sleep(600)
+    study.optimize(objective, n_trials=1)
+""")
+
+
+@pytest.mark.postgres
+@pytest.mark.process
+def test_heartbeat_fails_and_retries_a_killed_workers_trial(postgres, tmp_path, monkeypatch):
+    """Worker A (a process with autotune's storage settings) is killed with -9 mid-trial. Worker B
+    calls optimize, which runs fail_stale_trials first: after the grace period A's trial is FAIL
+    and its retry (same parameters) runs in B. AUTOTUNE_HEARTBEAT_S=1: grace = 4 s."""
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")
+    url, name = postgres.url, f"hb-{uuid.uuid4().hex[:6]}"
+    storage = open_storage(url, grace_period_s=default_grace_period_s())
+    assert (storage.heartbeat_interval, storage.grace_period) == (1, 4)
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    a = subprocess.Popen(
+        [sys.executable, "-c", HEARTBEAT_WORKER, url, name],
+        env=repo_env(AUTOTUNE_HEARTBEAT_S="1"),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert a.stdout.readline().startswith("running 0")
+    time.sleep(1.5)  # a few heartbeats recorded
+    a.kill()
+    killed_at = time.monotonic()
+    a.wait()
+    failed_at = None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    while time.monotonic() - killed_at < 30:
+        study.optimize(lambda t: float(t.suggest_int("x", 0, 9)), n_trials=1)  # B: one trial at a time
+        trials = study.get_trials()
+        if trials[0].state == TrialState.FAIL:
+            failed_at = time.monotonic()
+            break
+    assert failed_at is not None, "the killed worker's trial was never failed"
+    retry = [t for t in study.get_trials() if t.system_attrs.get("failed_trial") == 0]
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE and retry[0].params == trials[0].params
+    assert "host" not in retry[0].user_attrs
+    print(
+        f"\nheartbeat 1 s, grace 4 s: killed worker's trial failed and retried {failed_at - killed_at:.1f} s "
+        f"after the kill (defaults: heartbeat 30 s, grace {4 * 30} s)"
+    )
+    assert 3 <= failed_at - killed_at < 10  # the last beat came up to 1 s before the kill
+
+
+def test_heartbeat_interval_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv("AUTOTUNE_HEARTBEAT_S", raising=False)
+    assert default_grace_period_s() == 120
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "5")
+    assert default_grace_period_s() == 20
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "soon")
+    with pytest.raises(UsageError, match="AUTOTUNE_HEARTBEAT_S: expected a whole number of seconds"):
+        default_grace_period_s()
+
+
+def test_retry_keeps_the_reference_and_drops_the_attempt():
+    study = optuna.create_study()
+    study.enqueue_trial({}, user_attrs={"reference": "baseline"})
+    trial = study.ask()
+    trial.set_user_attr("tuner_pid", 12345)
+    study.tell(trial, state=TrialState.FAIL)
+    RetryStaleTrial(max_retry=1)(study, study.trials[0])
+    (retry,) = study.get_trials(states=(TrialState.WAITING,))
+    assert retry.user_attrs == {"reference": "baseline"} and retry.system_attrs["failed_trial"] == 0
+    # The retry failing in turn is not retried again: once is the limit.
+    retried = study.ask()
+    assert retried.number == retry.number
+    study.tell(retried, state=TrialState.FAIL)
+    RetryStaleTrial(max_retry=1)(study, study.trials[retry.number])
+    assert study.get_trials(states=(TrialState.WAITING,)) == []
+
+
+def test_redact_hides_both_places_a_password_can_be():
+    assert redact("postgresql://tuner:secret@db/autotune") == "postgresql://tuner:***@db/autotune"
+    assert redact("postgresql+psycopg2://u:p/w:x@h:5/d") == "postgresql+psycopg2://u:***@h:5/d"
+    assert (
+        redact("postgresql://u@h/d?sslmode=require&password=secret")
+        == "postgresql://u@h/d?sslmode=require&password=***"
+    )
+    assert redact("journal:studies/x.journal") == "journal:studies/x.journal"
+
+
+@pytest.mark.postgres
+@pytest.mark.process
+def test_the_password_never_shows_in_output_logs_recipes_or_reports(postgres_two_workers):
+    run = postgres_two_workers
+    password = run.url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+    assert password
+    show = run_autotune("-v", "show", "--study", run.study, "--storage", run.url, "--json", cwd=run.cwd)
+    export = run_autotune(
+        "-v", "export", "--study", run.study, "--storage", run.url, "-o", "exported.json", cwd=run.cwd
+    )
+    report = run_autotune("-v", "report", "--study", run.study, "--storage", run.url, "--out", "report", cwd=run.cwd)
+    assert show.returncode == export.returncode == report.returncode == 0, show.stderr + export.stderr + report.stderr
+    assert (run.cwd / "report" / "report.md").exists()
+    texts = [r.stdout + r.stderr for r in [*run.results, show, export, report]]
+    texts += [p.read_text(errors="replace") for p in run.cwd.rglob("*") if p.is_file()]
+    assert all(password not in text for text in texts)
+    recipe = json.loads((run.cwd / "recipes" / f"{run.study}.json").read_text())
+    assert recipe["study"]["storage"] == redact(run.url) and "***" in recipe["study"]["storage"]
+    assert json.loads(show.stdout)["study"] == run.study
