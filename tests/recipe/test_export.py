@@ -13,6 +13,7 @@ from autotune.config import TrainConfig
 from autotune.errors import UsageError
 from autotune.recipe import Recipe
 from autotune.recipe.export import FORMATS, render
+from tests.helpers import invoke
 
 
 def make_recipe(**knobs) -> Recipe:
@@ -64,10 +65,17 @@ def test_yaml_is_the_same_data():
     assert Recipe.from_dict(data) == recipe
 
 
-def test_unknown_format_lists_the_formats():
-    with pytest.raises(UsageError, match="json, yaml, hf, lightning"):
+def test_unknown_format_lists_the_formats(tmp_path):
+    with pytest.raises(UsageError, match=r"unknown export format 'toml'; formats: json, yaml, hf, lightning$"):
         render(make_recipe(), "toml")
-    assert FORMATS == ("json", "yaml", "hf", "lightning")
+    # Each format the error lists is rendered, and `autotune export --format` offers it.
+    recipe = make_recipe(**TUNED)
+    path = recipe.save(tmp_path / "r.json")
+    for fmt in FORMATS:
+        text = render(recipe, fmt)
+        assert text.endswith("\n") and text.strip(), fmt
+        result = invoke("export", str(path), "--format", fmt)
+        assert result.exit_code == 0 and result.stdout == text, (fmt, result.output)
 
 
 def test_hf_tuned_recipe():

@@ -136,7 +136,10 @@ def test_heartbeat_fails_and_retries_a_killed_workers_trial(postgres, tmp_path, 
         f"\nheartbeat 1 s, grace 4 s: killed worker's trial failed and retried {failed_at - killed_at:.1f} s "
         f"after the kill (defaults: heartbeat 30 s, grace {4 * 30} s)"
     )
-    assert 3 <= failed_at - killed_at < 10  # the last beat came up to 1 s before the kill
+    # Not before the grace period (the last beat came up to 1 s before the kill); after it, at
+    # B's next optimize call: 16 s of slack for a loaded 2-core machine, where B, the database
+    # and the dying A share the cores, and well inside the loop's 30 s.
+    assert 3 <= failed_at - killed_at < 4 + 16
 
 
 def test_heartbeat_interval_comes_from_the_environment(monkeypatch):

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 
 from autotune.config import TrainConfig
 from autotune.device import DeviceInfo
-from autotune.present.compare import load_comparison
+from autotune.present.compare import cross_apply, load_comparison
 from autotune.search.run import prepare
 from autotune.search.storage import load_ref
 from autotune.search.warm_start import enqueue_warm_start, invalid_here, warm_start_candidates
@@ -22,7 +22,12 @@ from tests.helpers import study_settings, synthetic_study
 @pytest.mark.process  # compare_studies runs two searches
 def test_warm_start_runs_the_other_studys_best_first(compare_studies):
     studies, expected = compare_studies.dir, compare_studies.warm_expected
-    assert expected  # a has feasible ok searched trials
+    a = load_ref(str(studies / "a.db"))
+    # b was warm-started with a's feasible ok searched configurations, best first (more than
+    # one: the order shows)
+    assert len(expected) >= 2
+    rates = [a.trials[number].value for number, _ in expected]
+    assert rates == sorted(rates, reverse=True)
     trials = load_ref(str(studies / "b.db")).trials
     # the new study measures its own references first, then the enqueued configurations
     assert [t.user_attrs.get("reference") for t in trials[:2]] == ["baseline", "checklist"]
@@ -33,12 +38,14 @@ def test_warm_start_runs_the_other_studys_best_first(compare_studies):
     assert ran.number == 2 and ran.state == TrialState.COMPLETE
     assert ran.user_attrs["config"] == expected[0][1]  # a's best searched configuration, exactly
     assert all(t.state == TrialState.WAITING for t in warm[1:])  # next in line when b is resumed
-    # so a's best is found in b as the same configuration
+    # so a's best searched configuration is found in b as the same configuration, trial 2
     comp = load_comparison([str(studies / "a.db"), str(studies / "b.db")])
-    a_best = comp.views[0].summary.best
-    if a_best.number == expected[0][0]:
-        cross = next(c for c in comp.cross if c.source == "a")
-        assert cross.match == "exact" and cross.trial == 2
+    a_view, b_view = comp.views
+    best_searched = dataclasses.replace(a_view.summary, best=a.trials[expected[0][0]])
+    cross = cross_apply(dataclasses.replace(a_view, summary=best_searched), b_view)
+    assert (cross.source_trial, cross.match, cross.trial) == (expected[0][0], "exact", 2)
+    # and the comparison applies a's best, whichever trial it is, to b
+    assert next(c for c in comp.cross if c.source == "a").source_trial == a_view.summary.best.number
 
 
 @pytest.mark.process  # compare_studies runs two searches
@@ -56,11 +63,9 @@ def test_warm_start_skips_what_cannot_run_here(studies, tmp_path, caplog):
     study = optuna.create_study(direction="maximize")
     with caplog.at_level(logging.INFO, logger="autotune.search.warm_start"):
         n = enqueue_warm_start(study, str(studies / "a.db"), volta)
+    assert 0 < len(runnable) < len(candidates)  # a searched both kinds: some run on a Volta, some do not
     assert n == len(runnable) == len(study.trials)
-    if len(runnable) < len(candidates):
-        assert (
-            "unsupported on this device" in caplog.text and f"skipped {len(candidates) - len(runnable)}" in caplog.text
-        )
+    assert "unsupported on this device" in caplog.text and f"skipped {len(candidates) - len(runnable)}" in caplog.text
     # configurations outside this space (the synthetic GPU study's budgets) are skipped, with the knob
     synthetic_study(f"sqlite:///{tmp_path}/h200.db")
     caplog.clear()
