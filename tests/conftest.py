@@ -1,9 +1,10 @@
 """Shared test set-up: one intra-op thread per process, the repository root on sys.path (a
 user-style model factory `tests.fixture_models:make_llama` imports the way `autotune bench
 --model ...` imports one), the spies on measure()'s data path, and the fixtures that cost a
-search or a server, each made once for the whole session and shared by the modules
+search, a script or a server, each made once for the whole session and shared by the modules
 that read it:
 
+    gpu_check_run        benchmarks/gpu_check.sh run to its end (a dry run without a GPU)
     searched             `autotune search` through the CLI: two references, two sampled trials
     compare_studies      a copy of it as study "a", and "b" warm-started from it
     journal_two_workers  two `autotune search` processes on one journal file
@@ -31,33 +32,39 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import contextlib  # noqa: E402
 import glob  # noqa: E402
 import pwd  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import uuid  # noqa: E402
+from concurrent.futures import Future, ThreadPoolExecutor  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
-from typing import Callable, NamedTuple  # noqa: E402
+from typing import Any, Callable, NamedTuple  # noqa: E402
 
 import optuna  # noqa: E402
 import pytest  # noqa: E402
-from click.testing import Result  # noqa: E402
 
 from tests.helpers import (  # noqa: E402
     A100,
+    COMPARE_SPACE,
     FAST,
     SEARCHED_SEED,
     STUDY,
     TINY_SPACE,
     BatchRecord,
+    Ran,
     TwoWorkers,
+    autotune_cmd,
+    finish,
     in_repo_env,
-    invoke,
     record_batches,
     run_two_workers,
-    study_settings,
+    start_process,
     tiny_spec,
 )
 
@@ -97,25 +104,112 @@ def workdir(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-# --- searches shared by the session -------------------------------------------------------------------
+# --- heavy fixtures, made in the background ----------------------------------------------------------
+#
+# The searches (and the GPU check's dry run) that several tests read are processes: they are made
+# on a background thread from the start of the session, one after another, in the order the
+# tests need them, while the tests that need none of them run first (pytest_collection_modifyitems
+# below). Only those the selected tests use are made: the fast tier makes none.
+
+PREFETCHED = ("gpu_check_run", "searched", "compare_studies", "journal_two_workers", "postgres_two_workers")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items) -> None:
+    """Tests that start no process first, then the other process tests, then those reading a
+    prefetched fixture: by then it is ready, or nearly. Stable within each group."""
+
+    def group(item) -> int:
+        if set(PREFETCHED) & set(item.fixturenames):
+            return 2
+        return 1 if any(item.get_closest_marker(m) for m in ("process", "postgres", "compile")) else 0
+
+    items.sort(key=group)
+
+
+class Background:
+    """Runs jobs one at a time on a thread; their processes are killed if the session ends first."""
+
+    def __init__(self) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fixtures")
+        self.jobs: dict[str, Future] = {}
+        self.procs: list[subprocess.Popen] = []
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def start(self, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """`python -m autotune ARGS`, started as start_tuner starts it."""
+        return self.popen(autotune_cmd(*args), cwd=cwd, env=env)
+
+    def popen(self, cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """`cmd` started as start_process starts it, and killed with its group at close()."""
+        with self.lock:
+            if self.closed:
+                raise RuntimeError("the test session is over")
+            proc = start_process(cmd, cwd=cwd, env=env)
+            self.procs.append(proc)
+        return proc
+
+    def submit(self, name: str, job: Callable[[], Any]) -> None:
+        self.jobs[name] = self.executor.submit(job)
+
+    def result(self, name: str, request, tmp_path_factory) -> Any:
+        """Fixture `name`: from the background when it was submitted there, else made now."""
+        if name in self.jobs:
+            return self.jobs[name].result()
+        return _JOBS[name](self, request, tmp_path_factory)()
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+        for job in self.jobs.values():
+            job.cancel()
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        self.executor.shutdown(wait=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def background(request, tmp_path_factory) -> Background:
+    bg = Background()
+    needed = set().union(*(item.fixturenames for item in request.session.items))
+    for name in PREFETCHED:
+        if name not in needed:
+            continue
+        if name == "postgres_two_workers":
+            try:
+                request.getfixturevalue("postgres")
+            except (pytest.skip.Exception, pytest.fail.Exception):
+                continue  # no server: its tests skip (or fail, in CI) when they ask for it
+        bg.submit(name, _JOBS[name](bg, request, tmp_path_factory))
+    yield bg
+    bg.close()
 
 
 class Searched(NamedTuple):
     where: Path  # the working directory: studies/gpt2-tiny-cpu.db and recipes/gpt2-tiny-cpu.json
-    result: Result
+    result: Ran
+
+
+def _searched(bg: Background, request, tmp_path_factory) -> Callable[[], Searched]:
+    where = tmp_path_factory.mktemp("search")
+
+    def job() -> Searched:
+        args = ["--model", "gpt2-tiny", *FAST, "--n-trials", "4", "--space", str(TINY_SPACE)]
+        proc = bg.start("search", *args, "--seed", str(SEARCHED_SEED), cwd=where)
+        return Searched(where, Ran.of(finish(proc)))
+
+    return job
 
 
 @pytest.fixture(scope="session")
-def searched(tmp_path_factory) -> Searched:
+def searched(background, request, tmp_path_factory) -> Searched:
     """`autotune search` run once through the CLI with 4 trials (the two references + two
     sampled, seeded: see SEARCHED_SEED) in a working directory of its own. Tests read it; one
     that adds trials works on a copy."""
-    where = tmp_path_factory.mktemp("search")
-    args = ["--model", "gpt2-tiny", *FAST, "--n-trials", "4", "--space", str(TINY_SPACE)]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(where)
-        result = invoke("search", *args, "--seed", str(SEARCHED_SEED))
-    return Searched(where, result)
+    return background.result("searched", request, tmp_path_factory)
 
 
 @dataclass
@@ -124,31 +218,42 @@ class CompareStudies:
     warm_expected: list[tuple[int, dict]]  # (trial number in a, config) b was warm-started with, best first
 
 
+def _compare_studies(bg: Background, request, tmp_path_factory) -> Callable[[], CompareStudies]:
+    tmp = tmp_path_factory.mktemp("studies")
+
+    def job() -> CompareStudies:
+        from autotune.search.storage import load_ref
+        from autotune.search.warm_start import warm_start_candidates
+
+        searched = bg.result("searched", request, tmp_path_factory)
+        optuna.copy_study(
+            from_study_name=STUDY,
+            from_storage=f"sqlite:///{searched.where}/studies/{STUDY}.db",
+            to_storage=f"sqlite:///{tmp}/a.db",
+            to_study_name="a",
+        )
+        warm = [(t.number, t.user_attrs["config"]) for t in warm_start_candidates(load_ref(str(tmp / "a.db")), 5)]
+        args = ["--model", "gpt2-tiny", *FAST, "--space", str(COMPARE_SPACE), "--n-trials", "3", "--seed", "1"]
+        where = ["--storage", f"sqlite:///{tmp}/b.db", "--study", "b", "--recipe", str(tmp / "recipes" / "b.json")]
+        done = finish(bg.start("search", *args, "--warm-start-from", str(tmp / "a.db"), *where, cwd=tmp))
+        assert done.returncode == 0, done.stderr[-3000:]
+        optuna.load_study(study_name="b", storage=f"sqlite:///{tmp}/b.db").set_user_attr("hardware", A100)
+        for name in ("a", "b"):
+            optuna.copy_study(
+                from_study_name=name, from_storage=f"sqlite:///{tmp}/{name}.db", to_storage=f"sqlite:///{tmp}/both.db"
+            )
+        return CompareStudies(tmp, warm)
+
+    return job
+
+
 @pytest.fixture(scope="session")
-def compare_studies(searched, tmp_path_factory) -> CompareStudies:
+def compare_studies(background, searched, request, tmp_path_factory) -> CompareStudies:
     """a.db: study "a", a copy of `searched` (CPU, 4 trials on tests/spaces/tiny.yaml); b.db:
     study "b" on tests/spaces/compare.yaml, warm-started from a (3 trials: its references,
     then a's best searched configuration; a's next best wait in its queue), then relabelled
     as an A100's; both.db: copies of the two, for the #study syntax."""
-    from autotune.search.run import run_search
-    from autotune.search.storage import load_ref
-    from autotune.search.warm_start import warm_start_candidates
-
-    tmp = tmp_path_factory.mktemp("studies")
-    optuna.copy_study(
-        from_study_name=STUDY,
-        from_storage=f"sqlite:///{searched.where}/studies/{STUDY}.db",
-        to_storage=f"sqlite:///{tmp}/a.db",
-        to_study_name="a",
-    )
-    warm = [(t.number, t.user_attrs["config"]) for t in warm_start_candidates(load_ref(str(tmp / "a.db")), 5)]
-    b = run_search(study_settings(tmp, "b", n_trials=3, seed=1, warm_start_from=str(tmp / "a.db"))).study
-    b.set_user_attr("hardware", A100)
-    for name in ("a", "b"):
-        optuna.copy_study(
-            from_study_name=name, from_storage=f"sqlite:///{tmp}/{name}.db", to_storage=f"sqlite:///{tmp}/both.db"
-        )
-    return CompareStudies(tmp, warm)
+    return background.result("compare_studies", request, tmp_path_factory)
 
 
 @pytest.fixture
@@ -157,18 +262,53 @@ def studies(compare_studies) -> Path:
     return compare_studies.dir
 
 
-@pytest.fixture(scope="session")
-def journal_two_workers(tmp_path_factory) -> TwoWorkers:
+def _journal_two_workers(bg: Background, request, tmp_path_factory) -> Callable[[], TwoWorkers]:
     cwd = tmp_path_factory.mktemp("journal-workers")
-    return run_two_workers(f"journal:{cwd / 'study.journal'}", cwd)
+    return lambda: run_two_workers(f"journal:{cwd / 'study.journal'}", cwd, start=bg.start)
 
 
 @pytest.fixture(scope="session")
-def postgres_two_workers(postgres, tmp_path_factory) -> TwoWorkers:
+def journal_two_workers(background, request, tmp_path_factory) -> TwoWorkers:
+    return background.result("journal_two_workers", request, tmp_path_factory)
+
+
+def _postgres_two_workers(bg: Background, request, tmp_path_factory) -> Callable[[], TwoWorkers]:
     cwd = tmp_path_factory.mktemp("pg-workers")
     # The URL carries a password and is given on the command line, with -v: the password
     # test checks it never comes back out.
-    return run_two_workers(postgres.password_url(), cwd, "-v")
+    url = request.getfixturevalue("postgres").password_url()
+    return lambda: run_two_workers(url, cwd, "-v", start=bg.start)
+
+
+@pytest.fixture(scope="session")
+def postgres_two_workers(background, postgres, request, tmp_path_factory) -> TwoWorkers:
+    return background.result("postgres_two_workers", request, tmp_path_factory)
+
+
+def _gpu_check_run(bg: Background, request, tmp_path_factory) -> Callable[[], tuple[subprocess.CompletedProcess, Path]]:
+    out = tmp_path_factory.mktemp("gpu-check")
+
+    def job() -> tuple[subprocess.CompletedProcess, Path]:
+        env = {**os.environ, "OUT": str(out)}
+        env.pop("AUTOTUNE_WHEELS", None)
+        return finish(bg.popen(["bash", str(ROOT / "benchmarks" / "gpu_check.sh")], cwd=ROOT, env=env)), out
+
+    return job
+
+
+@pytest.fixture(scope="session")
+def gpu_check_run(background, request, tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """benchmarks/gpu_check.sh run to its end, and the directory of its results ($OUT)."""
+    return background.result("gpu_check_run", request, tmp_path_factory)
+
+
+_JOBS = {
+    "gpu_check_run": _gpu_check_run,
+    "searched": _searched,
+    "compare_studies": _compare_studies,
+    "journal_two_workers": _journal_two_workers,
+    "postgres_two_workers": _postgres_two_workers,
+}
 
 
 @pytest.fixture(scope="session")
