@@ -36,9 +36,9 @@ fi
 "$PY" -c "import optuna, click, yaml, sqlalchemy" 2>/dev/null || { echo "missing optuna/click/pyyaml/sqlalchemy: set AUTOTUNE_WHEELS=DIR (see the header)"; exit 1; }
 
 if [ "$DRY" = 1 ]; then
-  MODEL=gpt2-tiny; DEVICE=cpu; SEQ=128; RUN=(--warmup 1 --steps 3)
+  MODEL=gpt2-tiny; DEVICE=cpu; SEQ=128; RUN=(--warmup 1 --steps 3 --min-time 0)   # no minimum timed window: figures are meaningless here
   COMPILE=none; PIN=false; WORKERS=0; STRONG_BUDGET=4096   # compile/pinning are minutes or unsupported on CPU
-  SEARCH=(--n-trials 1 --trial-timeout 120s --steps 3 --warmup 1)
+  SEARCH=(--n-trials 1 --trial-timeout 120s --steps 3 --warmup 1 --min-time 0)
 else
   MODEL=gpt2; DEVICE=cuda; SEQ=1024; RUN=(--warmup 3 --steps 15)
   COMPILE=default; PIN=true; WORKERS=4; STRONG_BUDGET=65536

@@ -65,8 +65,11 @@ def main() -> None:
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
             tokens = int((labels != -100).sum())
-            print(f"step {step:4d}  loss {loss.item():.4f}  batch {tuple(input_ids.shape)}  "
-                  f"{tokens / (time.perf_counter() - started):,.0f} tokens/s", flush=True)
+            print(
+                f"step {step:4d}  loss {loss.item():.4f}  batch {tuple(input_ids.shape)}  "
+                f"{tokens / (time.perf_counter() - started):,.0f} tokens/s",
+                flush=True,
+            )
             step += 1
             if step == args.steps:
                 break
