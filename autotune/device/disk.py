@@ -21,12 +21,13 @@ from autotune.units import format_bytes
 MIN_FREE_BYTES = 16 << 20
 
 
-def check_writable(path: str | Path, *, what: str, create_folders: bool = False) -> None:
+def check_writable(path: str | Path, *, what: str, create_folders: bool = False, shown_as: str | None = None) -> None:
     """Refuse (UsageError, one line) a file that could not be written at `path`: it names a
     folder or a device, its folder is missing (unless `create_folders`: then the nearest
-    existing one must take new folders), read-only or full. Nothing is left behind."""
+    existing one must take new folders), read-only or full. Nothing is left behind. Messages
+    name it as "`what` `shown_as`" (default: the path)."""
     path = Path(path)
-    shown = f"{what} {path}"
+    shown = f"{what} {shown_as or path}"
     try:
         info = path.stat()
     except FileNotFoundError:

@@ -334,7 +334,7 @@ def check_storage_writable(url: str) -> None:
     if parsed.path is None:
         return
     default_folder = parsed.path.parent == STUDIES_DIR
-    check_writable(parsed.path, what=f"storage {parsed.url}", create_folders=default_folder)
+    check_writable(parsed.path, what="storage", create_folders=default_folder, shown_as=parsed.url)
 
 
 def open_storage(url: str, *, grace_period_s: int | None = None, create: bool = True) -> optuna.storages.BaseStorage:
