@@ -432,6 +432,17 @@ def load_yaml(text: str) -> Any:
         raise yaml.YAMLError("nested too deeply") from None
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """What is wrong in a YAML file, in one line, with its line number where YAML says it."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if not problem:
+        problem = getattr(exc, "reason", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+        mark = mark or getattr(exc, "position", None)
+    where = f" at line {mark.line + 1}" if hasattr(mark, "line") else ""
+    return " ".join(f"{problem}{where}".split())
+
+
 def is_finite_number(value: Any) -> bool:
     """An int or float (not a bool) that is neither infinite nor NaN."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import yaml
 
-from autotune.config import TrainConfig, is_finite_number, load_yaml, read_config_file
+from autotune.config import TrainConfig, is_finite_number, load_yaml, read_config_file, yaml_problem
 from autotune.device.disk import write_text_atomic
 from autotune.errors import RecipeEnvironmentWarning, UsageError
 from autotune.measure.measurement import Measurement
@@ -111,7 +111,7 @@ class Recipe:
             # construct objects is refused, and so are anchors, aliases and duplicate keys.
             raw = load_yaml(text)
         except yaml.YAMLError as exc:
-            raise UsageError(f"recipe {path}: not a valid recipe file ({_yaml_problem(exc)})") from None
+            raise UsageError(f"recipe {path}: not a valid recipe file ({yaml_problem(exc)})") from None
         recipe = cls.from_dict(raw, where=f"recipe {path}")
         if check_environment:
             recipe.warn_if_elsewhere()
@@ -356,14 +356,6 @@ def _check_memory_limit(measured: Mapping[str, Any], *, where: str) -> None:
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    problem = getattr(exc, "problem", None)
-    mark = getattr(exc, "problem_mark", None)
-    if problem:
-        return f"{problem} at line {mark.line + 1}" if mark else str(problem)
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def now_iso() -> str:

@@ -47,6 +47,7 @@ from autotune.config import (
     load_yaml,
     parse_knob,
     read_config_file,
+    yaml_problem,
 )
 from autotune.errors import UsageError
 from autotune.search.space import COMPARISONS, PLACEMENTS, CheckpointDimension, Dimension, Rule, SearchSpace
@@ -79,8 +80,9 @@ def load_space(path: str | Path, *, n_layer: int | None = None, seq_len: int | N
         raw = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UsageError(f"search space {path}: malformed YAML{where} ({getattr(exc, 'problem', exc)})") from None
+        where = f" at line {mark.line + 1}" if mark and getattr(exc, "problem", None) else ""
+        problem = getattr(exc, "problem", None) or yaml_problem(exc)
+        raise UsageError(f"search space {path}: malformed YAML{where} ({' '.join(str(problem).split())})") from None
     if not isinstance(raw, dict):
         raise UsageError(f"search space {path}: expected a mapping with 'dimensions', got {type(raw).__name__}")
     return parse_space(raw, source=str(path), n_layer=n_layer, seq_len=seq_len)
