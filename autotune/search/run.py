@@ -40,6 +40,7 @@ from autotune.search.storage import (
     open_storage,
     parse_storage_url,
     redact,
+    redact_text,
     study_names,
 )
 from autotune.search.study import (
@@ -135,11 +136,11 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     from autotune.model.gpt import MODEL_SIZES  # the tuner needs a model's shape, hence torch
     from autotune.model.load import check_model_name
 
+    if ":" not in settings.model:
+        check_model_name(settings.model)  # a name of ours, or UsageError; imports nothing
     device_name = resolve_device(settings.device)
     device = describe(device_name)
     timeout = _trial_timeout(settings, device.kind)
-    if ":" not in settings.model:
-        check_model_name(settings.model)  # a name of ours, or UsageError; imports nothing
     if settings.seq_len is not None:
         check_int("--seq-len", settings.seq_len, minimum=2)
     if settings.model in MODEL_SIZES:
@@ -287,10 +288,16 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
         confirm_best(study, ctx, reporter)
     except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
         stop = exc
-    except (OSError, sqlalchemy.exc.SQLAlchemyError) as exc:
+    except sqlalchemy.exc.SQLAlchemyError as exc:  # a database that filled up or went away mid-study
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise AutotuneError(
-            f"storage {redact(url)}: cannot write the study ({first[:200]}); the trials recorded so far are kept"
+            f"storage {redact(url)}: cannot write the study ({redact_text(first[:200], url)}); "
+            "the trials recorded so far are kept"
+        ) from None
+    except OSError as exc:  # a full or read-only disk mid-study (journal file, a trial's temporary folder)
+        where = f" {exc.filename}" if exc.filename else ""
+        raise AutotuneError(
+            f"the search stopped: cannot write{where} ({exc.strerror or exc}); the trials recorded so far are kept"
         ) from None
     summary = summarize(study)
     path = None

@@ -118,7 +118,8 @@ def test_a_disk_filling_up_at_the_end_is_one_line_and_leaves_no_temporary_file(t
         (["--memory-limit", "1e400"], "--memory-limit: '1e400' is more memory than any machine has"),
         (["--memory-fraction", "1e-12"], "--memory-fraction 1e-12 of"),
         (["--trial-timeout", "nan"], "--trial-timeout: cannot read 'nan' as a duration"),
-        (["--min-time", "inf"], "--min-time must be a number of seconds from 0 to 3600"),
+        (["--min-time", "inf"], "min_time_s must be a number of seconds >= 0, got inf"),
+        (["--min-time", "1e9"], "min_time_s must be at most 3600 seconds, got 1000000000.0"),
     ],
 )
 def test_limits_that_round_to_nothing_or_overflow_are_refused(tmp_path, monkeypatch, args, said):
