@@ -92,6 +92,8 @@ def dashboard(study, storage, port) -> None:
         serve_dashboard(loaded, port)
     except OSError as exc:  # taken between the check and the server's own bind
         raise UsageError(f"--port {port}: cannot serve on 127.0.0.1:{port} ({exc.strerror or exc})") from None
+    except KeyboardInterrupt:  # how a server is stopped: not an error
+        click.echo("dashboard stopped", err=True)
 
 
 def check_port_free(port: int) -> None:
