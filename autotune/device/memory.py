@@ -165,9 +165,11 @@ class ProcessTreeMemory:
 
     Each sample: the RSS of each process of the tree, less its shared share (RSS - PSS) as last
     read, re-read every `pss_refresh_s` and when a process first appears. A process alone (no
-    descendants) shares nothing with the tree: its RSS is taken as it is, and no PSS is read."""
+    descendants) shares nothing with the tree: its RSS is taken as it is, and no PSS is read.
+    Cost: ~1 ms a sample on a loaded 2-core VM (10 Hz: ~1% of a core), plus ~10 ms per 500 MB
+    process for each PSS read (once a second, only while there are workers)."""
 
-    def __init__(self, root: int | None = None, *, interval_s: float = 0.05, pss_refresh_s: float = 1.0) -> None:
+    def __init__(self, root: int | None = None, *, interval_s: float = 0.1, pss_refresh_s: float = 1.0) -> None:
         self.root = os.getpid() if root is None else root
         self.interval_s = interval_s
         self.pss_refresh_s = pss_refresh_s
