@@ -1,10 +1,15 @@
 """The `autotune` command line. Commands are thin: they parse, call the library, print.
 Errors from the library (AutotuneError, raised while reading options or running a command)
-become one line on stderr and the error's exit code (2: bad input)."""
+become one line on stderr and the error's exit code (2: bad input).
+
+Exit codes: 0 done (verify: PASS); 1 a failure (no feasible trial, verify: FAIL, a disk that
+filled up mid-study); 2 bad input, nothing run or written; 128 + the signal when stopped:
+130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (a search writes its best-so-far recipe first)."""
 
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from typing import Any
 
@@ -21,14 +26,24 @@ from autotune.errors import AutotuneError
 
 class AutotuneGroup(click.Group):
     """Turns autotune's exceptions into `Error: <one line>` and their exit code, wherever they
-    come from: a command, or an option's type reading its value."""
+    come from: a command, or an option's type reading its value. SIGTERM and SIGHUP stop a
+    command as Ctrl-C does (what `timeout`, systemd, Slurm and Kubernetes send, and a closed
+    terminal), and a stop anywhere is one line and 128 + the signal, never click's "Aborted!"."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from autotune.trial._proc import exit_code_for, stop_signal_of, stop_signals_raise
+
         try:
-            return super().invoke(ctx)
+            with stop_signals_raise():
+                return super().invoke(ctx)
         except AutotuneError as exc:
             click.echo(f"Error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except KeyboardInterrupt as exc:
+            sig = stop_signal_of(exc)
+            how = "interrupted (Ctrl-C)" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
+            click.echo(f"Error: {how}", err=True)
+            sys.exit(exit_code_for(exc))
 
 
 @click.group(cls=AutotuneGroup, context_settings=CONTEXT_SETTINGS)

@@ -8,6 +8,8 @@ import click
 
 from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, memory_limit_option, run_options
 
+PROBE_TIMEOUT_S = 300.0
+
 
 def _run_spec(
     model: str,
@@ -24,7 +26,14 @@ def _run_spec(
     from autotune.device import resolve_device
     from autotune.model.load import check_model_name
 
-    check_model_name(model)
+    if ":" in model:
+        # A user's factory is built first in a child process, under a timeout: a factory that
+        # raises, exits or hangs is one line (exit 2), not a traceback or a hang.
+        from autotune.trial.probe import probe
+
+        probe(model, data=data, seq_len=seq_len, timeout_s=PROBE_TIMEOUT_S)
+    else:
+        check_model_name(model)
     return RunSpec(
         model=model,
         device=resolve_device(device),
@@ -63,7 +72,7 @@ def bench(
     Knobs: num_workers, prefetch_factor, pin_memory, persistent_workers, token_budget,
     batching, amp_dtype, compile_mode, sdpa_backend, checkpoint_layers.
     """
-    from autotune.config import TrainConfig, parse_assignments
+    from autotune.config import TrainConfig, check_runnable_here, parse_assignments
     from autotune.measure import outcomes
     from autotune.measure.loop import measure
     from autotune.present.summaries import format_measurement
@@ -71,8 +80,10 @@ def bench(
     overrides = parse_assignments(assignments)
     if batching:
         overrides["batching"] = batching
+    cfg = TrainConfig().with_overrides(overrides)
+    check_runnable_here(cfg, where="--set")
     spec = _run_spec(model, device, data, seq_len, warmup, steps, min_time, seed, memory_limit)
-    result = measure(spec, TrainConfig().with_overrides(overrides))
+    result = measure(spec, cfg)
     if as_json:
         emit_json(result.to_dict())
     else:

@@ -9,6 +9,7 @@ import click
 
 from autotune.cli._options import (
     CONTEXT_SETTINGS,
+    DURATION,
     FRACTION,
     device_option,
     emit_json,
@@ -18,7 +19,29 @@ from autotune.cli._options import (
     study_options,
     warmup_option,
 )
+from autotune.device.disk import check_writable, write_text_atomic
 from autotune.errors import UsageError
+
+model_override_options = [
+    click.option(
+        "--model",
+        "model",
+        default=None,
+        help="Build this model instead of the one the recipe names (gpt2, ..., or package.module:factory).",
+    ),
+    click.option(
+        "--allow-model-import",
+        is_flag=True,
+        help="Let the recipe's own package.module:factory model be imported and run (only for recipes you "
+        "trust: it is code). Without it such a recipe is refused; autotune's own models need nothing.",
+    ),
+]
+
+
+def model_options(command):
+    for option in reversed(model_override_options):
+        command = option(command)
+    return command
 
 
 def load_recipe(path: str, device: str):
@@ -30,6 +53,9 @@ def load_recipe(path: str, device: str):
     if diffs:
         click.echo("Warning: this recipe was measured elsewhere: " + "; ".join(diffs), err=True)
     return recipe
+
+
+DEFAULT_PROBE_TIMEOUT_S = 300.0  # building a user's model, in a child process, before anything else
 
 
 def _resolve(device: str) -> str:
@@ -65,12 +91,14 @@ def export(recipe_file, study, storage, output, fmt) -> None:
         recipe = Recipe.load(recipe_file)
     else:
         from autotune.search.best import best_recipe
-        from autotune.search.storage import default_storage_url, load_study
+        from autotune.search.storage import check_study_name, default_storage_url, load_study
 
         loaded = load_study(study, storage)
         recipe = best_recipe(loaded, storage or default_storage_url(loaded.study_name))
         if output is None and fmt == "json":
-            output = str(Path("recipes") / f"{loaded.study_name}.json")
+            output = str(Path("recipes") / f"{check_study_name(loaded.study_name)}.json")
+    if output:
+        check_writable(output, what="output", create_folders=True)
     if fmt == "json" and output:
         path = recipe.save(output)
         click.echo(f"wrote {path}")
@@ -79,8 +107,7 @@ def export(recipe_file, study, storage, output, fmt) -> None:
 
     text = render(recipe, fmt)
     if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(text, encoding="utf-8")
+        write_text_atomic(output, text, what="output")
         click.echo(f"wrote {output}")
     else:
         click.echo(text, nl=not text.endswith("\n"))
@@ -103,15 +130,18 @@ def export(recipe_file, study, storage, output, fmt) -> None:
 @click.option(
     "--timeout",
     "timeout_s",
-    type=float,
+    type=DURATION,
     default=1800.0,
     show_default=True,
-    help="Seconds before the measuring process is killed.",
+    help="Kill the measuring process after this long (seconds, or e.g. 30m).",
 )
+@model_options
 @json_option
-def verify(recipe_path, device, tolerance, steps, warmup, min_time, data, timeout_s, as_json) -> None:
+def verify(
+    recipe_path, device, tolerance, steps, warmup, min_time, data, timeout_s, model, allow_model_import, as_json
+) -> None:
     """Re-measure RECIPE here, in a fresh process, with the same measuring core as search,
-    and compare with what it recorded. Exit 0: PASS, 1: FAIL."""
+    and compare with what it recorded. Exit 0: PASS, 1: FAIL, 2: bad input, 130: Ctrl-C."""
     from autotune.present.summaries import format_verify
     from autotune.recipe.verify import default_tolerance, verify_recipe
 
@@ -119,8 +149,16 @@ def verify(recipe_path, device, tolerance, steps, warmup, min_time, data, timeou
     tol = tolerance if tolerance is not None else default_tolerance(device)
     recipe = load_recipe(recipe_path, device)
     result = verify_recipe(
-        recipe, device=device, tolerance=tol, steps=steps, warmup=warmup, min_time_s=min_time, data=data,
+        recipe,
+        device=device,
+        tolerance=tol,
+        steps=steps,
+        warmup=warmup,
+        min_time_s=min_time,
+        data=data,
         timeout_s=timeout_s,
+        model=model,
+        allow_model_import=allow_model_import,
     )
     if as_json:
         emit_json(result)
@@ -136,17 +174,25 @@ def verify(recipe_path, device, tolerance, steps, warmup, min_time, data, timeou
 @warmup_option
 @click.option("--data", default="synthetic", show_default=True, help="synthetic, or a .bin/.txt/.jsonl file.")
 @click.option("--out", "out_dir", default=None, help="Directory for trace.json (default: profiles/<recipe name>).")
+@model_options
 @json_option
-def profile(recipe_path, device, steps, warmup, data, out_dir, as_json) -> None:
+def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_model_import, as_json) -> None:
     """Profile RECIPE's training step: where the time goes (data wait, attention, matmuls,
     elementwise, optimizer) and a Chrome trace for Perfetto or chrome://tracing."""
+    from autotune.config import check_runnable_here
     from autotune.present.summaries import format_profile
     from autotune.recipe.profile import profile_recipe
 
     device = _resolve(device)
     recipe = load_recipe(recipe_path, device)
+    name = recipe.model_to_run(model, allow_import=allow_model_import)
+    check_runnable_here(recipe.config, where=f"recipe {recipe_path}: config")
+    if ":" in name:
+        from autotune.trial.probe import probe
+
+        probe(name, data=data, seq_len=recipe.model.get("seq_len"), timeout_s=DEFAULT_PROBE_TIMEOUT_S)
     out = out_dir or str(Path("profiles") / Path(recipe_path).stem)
-    report = profile_recipe(recipe, device=device, steps=steps, warmup=warmup, out_dir=out, data=data)
+    report = profile_recipe(recipe, device=device, steps=steps, warmup=warmup, out_dir=out, data=data, model_name=name)
     if as_json:
         emit_json(report.to_dict())
     else:

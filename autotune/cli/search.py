@@ -94,6 +94,12 @@ class _ProgressReporter:
     help="One worker per GPU of this host (indices as nvidia-smi lists them, or UUIDs), all on one study; "
     "--n-trials is then the total. Use journal:PATH or PostgreSQL storage.",
 )
+@click.option(
+    "--new-study",
+    is_flag=True,
+    help="Start a new study even when one of this name exists (it is named NAME-2, NAME-3, ...). A resumed "
+    "study keeps its memory limit, --steps and --min-time; to change them, start a new one.",
+)
 @click.option("--worker", is_flag=True, hidden=True)  # a child of --devices: the parent prints the summary
 @json_option
 def search(
@@ -116,6 +122,7 @@ def search(
     recipe_path,
     warm_start_from,
     devices,
+    new_study,
     worker,
     as_json,
 ) -> None:
@@ -123,7 +130,8 @@ def search(
 
     Each trial runs in a fresh process and is measured in effective tokens/s; a trial
     whose peak memory breaks the limit is infeasible and can never be the best. Running
-    the same command again adds trials to the same study.
+    the same command again adds trials to the same study. Ctrl-C, SIGTERM or SIGHUP stop it:
+    the running trial is recorded, the best so far written; exit 130, 143 or 129.
     """
     from autotune.present.summaries import search_summary, summary_json
     from autotune.search.run import SearchInterrupted, SearchSettings, run_search
@@ -149,6 +157,7 @@ def search(
         seed=seed,
         recipe=recipe_path,
         warm_start_from=warm_start_from,
+        new_study=new_study,
     )
     reporter = _ProgressReporter(n_trials, quiet=as_json or bool(devices))
     try:

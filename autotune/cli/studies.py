@@ -73,15 +73,43 @@ def report(study, storage, out_dir) -> None:
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @study_options
-@click.option("--port", type=int, default=8080, show_default=True, help="Port on 127.0.0.1.")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Port on 127.0.0.1 (1-65535)."
+)
 def dashboard(study, storage, port) -> None:
     """Browse a study in optuna-dashboard on 127.0.0.1 (until Ctrl-C)."""
+    from autotune.errors import UsageError
     from autotune.present.dashboard import dashboard_url, require_dashboard, serve_dashboard
     from autotune.search.storage import load_study
 
     require_dashboard()  # before anything is opened
+    check_port_free(port)
     loaded = load_study(study, storage)
     click.echo(
         f"optuna-dashboard for study {loaded.study_name}: {dashboard_url(loaded, port)}  (Ctrl-C to stop)", err=True
     )
-    serve_dashboard(loaded, port)
+    try:
+        serve_dashboard(loaded, port)
+    except OSError as exc:  # taken between the check and the server's own bind
+        raise UsageError(f"--port {port}: cannot serve on 127.0.0.1:{port} ({exc.strerror or exc})") from None
+    except KeyboardInterrupt:  # how a server is stopped: not an error
+        click.echo("dashboard stopped", err=True)
+
+
+def check_port_free(port: int) -> None:
+    """Refuse, before anything is opened, a port that another program holds or that this user
+    may not bind, in one line that says what to do."""
+    import errno
+    import socket
+
+    from autotune.errors import UsageError
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UsageError(
+                    f"--port {port}: 127.0.0.1:{port} is in use by another program; choose another port"
+                ) from None
+            raise UsageError(f"--port {port}: cannot listen on 127.0.0.1:{port} ({exc.strerror or exc})") from None

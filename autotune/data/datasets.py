@@ -58,17 +58,23 @@ def make_dataset(
     check_int("min_tokens", min_tokens, minimum=1)
     if data == "synthetic":
         return SyntheticDataset(vocab_size=vocab_size, seq_len=seq_len, seed=seed, min_tokens=min_tokens)
-    path = Path(data)
+    path = check_data_spec(data)
     kind = path.suffix.lower()
-    if kind not in (".bin", ".txt", ".jsonl"):
-        raise UsageError(f"data {data!r}: expected synthetic or a file ending in .bin, .txt or .jsonl")
-    if not path.is_file():
-        raise UsageError(f"data file {data} {'is not a file' if path.exists() else 'not found'}")
     if kind == ".bin":
         return BinDataset(path, vocab_size=vocab_size, seq_len=seq_len, max_tokens=min_tokens)
     tokenizer = choose_tokenizer(vocab_size, where=str(path))
     documents = _txt_documents(path) if kind == ".txt" else _jsonl_documents(path)
     return TextDataset(documents, tokenizer=tokenizer, seq_len=seq_len, where=str(path))
+
+
+def check_data_spec(data: str) -> Path:
+    """The file a `--data` names, checked without reading it: its kind and that it is there."""
+    path = Path(data)
+    if path.suffix.lower() not in (".bin", ".txt", ".jsonl"):
+        raise UsageError(f"data {data!r}: expected synthetic or a file ending in .bin, .txt or .jsonl")
+    if not path.is_file():
+        raise UsageError(f"data file {data} {'is not a file' if path.exists() else 'not found'}")
+    return path
 
 
 class SyntheticDataset:

@@ -1,19 +1,22 @@
 """Facts about the machine, read without touching the GPU: what the device is (`info`), its
 memory and utilization through NVML (`nvml`), the host's memory (`memory`) and the peak
-FLOPs table for MFU (`flops`). Importing this package does not import torch."""
+FLOPs table for MFU (`flops`), and the disks a run writes to (`disk`). Importing this package
+does not import torch."""
 
 from __future__ import annotations
 
 from autotune.device.flops import PEAK_FLOPS, peak_flops
 from autotune.device.info import DeviceInfo, describe, resolve_device, software_versions, visible_gpu_count
-from autotune.device.memory import group_rss_bytes, peak_rss_bytes, total_host_memory
+from autotune.device.memory import ProcessTreeMemory, descendants, group_rss_bytes, peak_rss_bytes, total_host_memory
 from autotune.device.nvml import GpuSampler, load_nvml, nvml_handle, process_gpu_memory_bytes, visible_gpu_uuids
 
 __all__ = [
     "PEAK_FLOPS",
     "DeviceInfo",
     "GpuSampler",
+    "ProcessTreeMemory",
     "describe",
+    "descendants",
     "group_rss_bytes",
     "load_nvml",
     "nvml_handle",

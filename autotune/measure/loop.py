@@ -26,7 +26,7 @@ import torch.nn as nn
 from autotune.config import IGNORE_INDEX, RunSpec, TrainConfig
 from autotune.data.batching import build_dataloader
 from autotune.data.datasets import make_dataset
-from autotune.device import DeviceInfo, GpuSampler, describe, peak_rss_bytes
+from autotune.device import DeviceInfo, GpuSampler, ProcessTreeMemory, describe
 from autotune.errors import UsageError
 from autotune.knobs.apply import apply_model_knobs
 from autotune.knobs.precision import grad_scaler
@@ -51,7 +51,8 @@ def measure(spec: RunSpec, cfg: TrainConfig, device_info: DeviceInfo | None = No
     info = device_info or describe(spec.device)
     try:
         check_supported(cfg, DeviceCapabilities.detect(info.kind, info.capability_tuple))
-        result = _Run(spec, cfg, info).execute()
+        with ProcessTreeMemory() as host:  # this process, its DataLoader workers and their children
+            result = _Run(spec, cfg, info, host).execute()
     except UsageError:
         raise
     except Exception as exc:
@@ -65,8 +66,8 @@ def measure(spec: RunSpec, cfg: TrainConfig, device_info: DeviceInfo | None = No
 class _Run:
     """One measurement's state; `execute` reads top to bottom like a training script."""
 
-    def __init__(self, spec: RunSpec, cfg: TrainConfig, info: DeviceInfo) -> None:
-        self.spec, self.cfg, self.info = spec, cfg, info
+    def __init__(self, spec: RunSpec, cfg: TrainConfig, info: DeviceInfo, host: ProcessTreeMemory) -> None:
+        self.spec, self.cfg, self.info, self.host = spec, cfg, info, host
         self.device = torch.device(spec.device)
         self.kind = info.kind
         self.phase: dict[str, float] = {}
@@ -182,7 +183,7 @@ class _Run:
         compile_time = 0.0
         if self.cfg.compile_mode != "none":
             compile_time = sum(max(0.0, w - median) for w in warm_times)
-        outcome, reason = outcomes.decide_measured(peak, self.spec.memory_limit_bytes)
+        outcome, reason = outcomes.decide_measured(peak, self.spec.memory_limit_bytes, final_loss=window.final_loss)
         return Measurement(
             config=self.cfg.to_dict(),
             outcome=outcome,
@@ -205,6 +206,7 @@ class _Run:
             peak_memory_bytes=peak,
             peak_memory_source=source,
             allocator_peak_bytes=allocator_peak,
+            host_peak_memory_bytes=self.host.peak_bytes,
             gpu_utilization=window.gpu_utilization,
             unstable=window.cv > CV_TARGET,
             steps=len(window.step_times),
@@ -224,7 +226,7 @@ class _Run:
 
     def _peak_memory(self, window: "_Window") -> tuple[int, str, int | None]:
         if self.kind != "cuda":
-            return peak_rss_bytes(), "rss", None
+            return self.host.peak_bytes, "rss", None
         allocator_peak = int(torch.cuda.max_memory_allocated(self.device))
         if window.nvml_peak is not None:
             return window.nvml_peak, "nvml-process", allocator_peak

@@ -23,8 +23,11 @@ class Measurement:
     compile_time_s: float | None = None
     mfu: float | None = None  # null where the device's peak FLOPs are unknown (CPUs)
     peak_memory_bytes: int | None = None
-    peak_memory_source: str | None = None  # nvml-process | allocator-reserved | rss
+    peak_memory_source: str | None = None  # nvml-process | allocator-reserved | rss (the process tree's, on CPU)
     allocator_peak_bytes: int | None = None  # torch's max_memory_allocated (CUDA)
+    # Host memory of the whole process tree (the run, its DataLoader workers and their
+    # children), sampled: on CPU it is peak_memory_bytes; on CUDA it is reported beside it.
+    host_peak_memory_bytes: int | None = None
     gpu_utilization: float | None = None  # mean NVML utilization over the timed steps, 0..1
     unstable: bool = False
     steps: int = 0

@@ -2,11 +2,13 @@
 
     ok                  measured, within the memory limit
     over_memory_limit   measured, but its peak memory is above the limit (infeasible)
+    diverged            measured, but the training loss ended NaN or infinite: the speed of
+                        a run that does not train is no answer (never the best)
     oom                 ran out of memory (allocator error, MemoryError or the OOM killer)
     unsupported         this device cannot run the configuration (never retried)
     timeout             killed, with its whole process group, at the trial timeout
     crashed             died (signal, fatal error) or raised something unexpected
-    interrupted         stopped by the user (Ctrl-C)
+    interrupted         stopped by the user (Ctrl-C), or by SIGTERM / SIGHUP
 
 Every place that learns how a run ended (the measuring loop, the trial process and its
 parent, the study, `verify`) asks a function of this module, and records what it returns.
@@ -16,6 +18,7 @@ This module imports no torch: it is read by the study side too.
 from __future__ import annotations
 
 import enum
+import math
 import signal
 import sys
 import traceback
@@ -25,6 +28,7 @@ from autotune.units import format_bytes
 
 OK = "ok"
 OVER_MEMORY_LIMIT = "over_memory_limit"
+DIVERGED = "diverged"
 OOM = "oom"
 UNSUPPORTED = "unsupported"
 TIMEOUT = "timeout"
@@ -35,6 +39,10 @@ INTERRUPTED = "interrupted"
 MEASURED = (OK, OVER_MEMORY_LIMIT)
 # Outcomes that say "this region does not fit": recorded as infeasible, not as failures.
 INFEASIBLE = (OVER_MEMORY_LIMIT, OOM)
+
+# The signals that ask a process to stop, handled alike: Ctrl-C, `kill`/`timeout`/systemd/
+# Slurm/Kubernetes, and a closed terminal.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 # On CPU, a trial whose resident memory passes this multiple of the limit is stopped early:
 # it is already infeasible, and letting it grow could take the machine down with it.
@@ -56,7 +64,9 @@ def recording(outcome: str, *, has_rate: bool) -> Recording:
     if outcome in INFEASIBLE:
         # oom, or over_memory_limit without a rate (the CPU RSS watchdog stopped it early)
         return Recording.INFEASIBLE
-    if outcome == UNSUPPORTED:
+    if outcome in (UNSUPPORTED, DIVERGED):
+        # Pruned: never the best, never retried, and TPE ranks pruned trials below every
+        # complete one, so it learns to avoid a configuration that does not train.
         return Recording.PRUNED
     return Recording.FAILED
 
@@ -64,8 +74,13 @@ def recording(outcome: str, *, has_rate: bool) -> Recording:
 # --- inside the measurement ------------------------------------------------------------------
 
 
-def decide_measured(peak_memory_bytes: int | None, memory_limit_bytes: int | None) -> tuple[str, str | None]:
-    """A run that finished is ok unless its peak memory breaks the limit."""
+def decide_measured(
+    peak_memory_bytes: int | None, memory_limit_bytes: int | None, *, final_loss: float | None = None
+) -> tuple[str, str | None]:
+    """A run that finished is ok unless its loss is not finite at the end of the timed steps
+    (diverged: it does not train, whatever its speed) or its peak memory breaks the limit."""
+    if final_loss is not None and not math.isfinite(final_loss):
+        return DIVERGED, f"the training loss is {final_loss} after the timed steps: the run does not train"
     if memory_limit_bytes is not None and peak_memory_bytes is not None and peak_memory_bytes > memory_limit_bytes:
         return OVER_MEMORY_LIMIT, (
             f"peak memory {format_bytes(peak_memory_bytes)} is above the limit {format_bytes(memory_limit_bytes)}"
@@ -127,6 +142,10 @@ def classify_exit(returncode: int, stderr_tail: str) -> tuple[str, str]:
     """(outcome, reason) for a trial process that exited without writing a result."""
     if returncode < 0:
         sig = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        if -returncode in STOP_SIGNALS:
+            # Not a fault of the configuration: someone stopped it (systemd and Slurm send
+            # SIGTERM to every process of a job, the trial included).
+            return INTERRUPTED, f"stopped by {sig}\n{stderr_tail}".rstrip()
         if -returncode == signal.SIGKILL:
             # Nobody else sends SIGKILL to a trial: the kernel's OOM killer is the usual sender.
             return OOM, f"killed by SIGKILL (most likely the kernel's out-of-memory killer)\n{stderr_tail}".rstrip()
@@ -134,8 +153,9 @@ def classify_exit(returncode: int, stderr_tail: str) -> tuple[str, str]:
     return CRASHED, f"exited with status {returncode}\n{stderr_tail}".rstrip()
 
 
-def interrupted_by_user() -> tuple[str, str]:
-    return INTERRUPTED, "stopped by the user (Ctrl-C); the trial's processes were killed"
+def interrupted_by_user(signum: int = signal.SIGINT) -> tuple[str, str]:
+    how = "the user (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
+    return INTERRUPTED, f"stopped by {how}; the trial's processes were killed"
 
 
 def orphaned() -> tuple[str, str]:

@@ -270,7 +270,7 @@ def _differ_note(comp: Comparison) -> str:
 
 def cross_lines(comp: Comparison) -> list[str]:
     no_best = [
-        f"{v.label} has no best (no trial within its memory limit) to try elsewhere"
+        f"{v.label} has no best ({v.summary.no_best_reason}) to try elsewhere"
         for v in comp.views
         if v.summary.best is None
     ]

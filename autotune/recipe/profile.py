@@ -15,16 +15,18 @@ def profile_recipe(
     steps: int = 10,
     out_dir: str | Path,
     model=None,
+    model_name: str | None = None,
     data: str = "synthetic",
     warmup: int = 2,
     seed: int = 0,
     top: int = 15,
 ) -> ProfileReport:
-    """Profile the recipe's configuration on its model (or `model`), at its sequence length."""
+    """Profile the recipe's configuration on `model` (a module), or the model named
+    `model_name`, else the recipe's own (see `Recipe.model_to_run`), at its sequence length."""
     seq_len = recipe.model.get("seq_len")
     return profile_config(
         recipe.config,
-        model_name=recipe.model.get("name"),
+        model_name=model_name or (None if model is not None else recipe.model_to_run()),
         seq_len=seq_len if isinstance(seq_len, int) else None,
         device=device,
         steps=steps,

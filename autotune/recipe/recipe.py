@@ -16,6 +16,12 @@ Format `autotune.recipe` version 1 (JSON; YAML is accepted on load, safe loader 
     study                      name, storage (password redacted), trial number
     created                    ISO 8601 time
 
+Reading one is strict, and never runs anything: safe YAML without anchors, aliases or
+duplicate keys, at most 1 MiB of UTF-8, every field of the right type and within bounds, all
+refused in one line. The model a recipe names is only built by `verify` and `profile` when it
+is one of autotune's own (`gpt2`, ...); a `package.module:factory` there would import and run
+code of the recipe author's choosing, so it needs the user's explicit say (see `model_to_run`).
+
 In a training script (the recipe applies itself; see `Recipe.dataloader` for the dataset contract):
 
     recipe = autotune.Recipe.load("recipes/gpt2-nvidia-h200.json")
@@ -34,17 +40,18 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import yaml
 
-from autotune.config import TrainConfig
+from autotune.config import TrainConfig, is_finite_number, load_yaml, read_config_file, yaml_problem
+from autotune.device.disk import write_text_atomic
 from autotune.errors import RecipeEnvironmentWarning, UsageError
 from autotune.measure.measurement import Measurement
+from autotune.units import MIN_MEMORY_SIZE, format_bytes
 
 if TYPE_CHECKING:  # torch is imported by the methods that need it, not by `import autotune`
     import contextlib
@@ -91,27 +98,20 @@ class Recipe:
         return json.loads(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **data}))
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # A name of its own per process: workers of one study may write the same recipe at once.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)  # atomic: a kill never leaves half a recipe
-        return path
+        """Write the recipe as JSON, atomically (a kill or a full disk never leaves half a
+        recipe, nor a temporary file); a failure is one line (AutotuneError)."""
+        return write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n", what="recipe")
 
     @classmethod
     def load(cls, path: str | Path, *, check_environment: bool = True) -> "Recipe":
         path = Path(path)
+        text = read_config_file(path, what=f"recipe {path}")
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"recipe {path}: cannot read it ({exc.strerror})") from None
-        try:
-            # safe_load parses JSON too, and refuses !!python/object and every other tag
-            # that would construct objects: nothing in a recipe file is ever executed.
-            raw = yaml.safe_load(text)
+            # A safe loader (it parses JSON too): !!python/object and every other tag that would
+            # construct objects is refused, and so are anchors, aliases and duplicate keys.
+            raw = load_yaml(text)
         except yaml.YAMLError as exc:
-            raise UsageError(f"recipe {path}: not a valid recipe file ({str(exc).splitlines()[0]})") from None
+            raise UsageError(f"recipe {path}: not a valid recipe file ({yaml_problem(exc)})") from None
         recipe = cls.from_dict(raw, where=f"recipe {path}")
         if check_environment:
             recipe.warn_if_elsewhere()
@@ -129,7 +129,7 @@ class Recipe:
                 f"{where}: format version {version} is newer than this autotune reads "
                 f"({FORMAT_VERSION}); upgrade autotune"
             )
-        unknown = sorted(set(raw) - _KEYS)
+        unknown = sorted(str(k) for k in set(raw) - _KEYS)
         if unknown:
             raise UsageError(f"{where}: unknown key {unknown[0]!r}")
         if not isinstance(raw.get("config"), dict):
@@ -137,18 +137,51 @@ class Recipe:
         for key in ("model", "measured", "reference_speedups", "hardware", "software", "study"):
             if not isinstance(raw.get(key, {}), dict):
                 raise UsageError(f"{where}: {key} must be a mapping")
+        for key in ("data", "created"):
+            if key in raw and not isinstance(raw[key], str):
+                raise UsageError(f"{where}: {key} must be text, got {_shown(raw[key])}")
         config = TrainConfig.from_dict(raw["config"], where=f"{where}: config")
+        model = raw.get("model", {})
+        _check_fields(model, _MODEL_FIELDS, where=f"{where}: model")
+        measured = raw.get("measured", {})
+        _check_fields(measured, _MEASURED_FIELDS, where=f"{where}: measured")
+        _check_memory_limit(measured, where=f"{where}: measured")
+        speedups = raw.get("reference_speedups", {})
+        _check_fields(speedups, {name: _number for name in speedups}, where=f"{where}: reference_speedups")
+        study = raw.get("study", {})
+        _check_fields(study, _STUDY_FIELDS, where=f"{where}: study")
         return cls(
             config=config,
-            model=raw.get("model", {}),
-            data=str(raw.get("data", "synthetic")),
-            measured=raw.get("measured", {}),
-            reference_speedups=raw.get("reference_speedups", {}),
+            model=model,
+            data=raw.get("data", "synthetic"),
+            measured=measured,
+            reference_speedups=speedups,
             hardware=raw.get("hardware", {}),
             software=raw.get("software", {}),
-            study=raw.get("study", {}),
-            created=str(raw.get("created", "")),
+            study=study,
+            created=raw.get("created", ""),
         )
+
+    # --- running it here ------------------------------------------------------------------
+
+    def model_to_run(self, model: str | None = None, *, allow_import: bool = False) -> str:
+        """The model `verify` and `profile` build for this recipe. `model` (the user's own
+        --model) comes first. Otherwise the recipe's: one of autotune's models as it is, but a
+        `package.module:factory` would import a module and call it, code that whoever wrote
+        the recipe chose, so it is refused (UsageError) unless `allow_import` says the user
+        trusts it."""
+        if model:
+            return model
+        name = self.model.get("name")
+        if not name:
+            raise UsageError("the recipe names no model (model.name): give --model")
+        if ":" in name and not allow_import:
+            module = name.partition(":")[0]
+            raise UsageError(
+                f"the recipe names the model {name!r}, which would import and run code from {module!r}: "
+                f"if you trust it, pass --model {name} (or --allow-model-import)"
+            )
+        return name
 
     # --- in a training script -------------------------------------------------------------
 
@@ -252,6 +285,79 @@ class Recipe:
             )
 
 
+# --- validation of a recipe read from a file -------------------------------------------------
+
+
+def _number(value: Any) -> bool:
+    return value is None or (is_finite_number(value) and value >= 0)
+
+
+def _count(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+
+
+def _text(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _numbers(value: Any) -> bool:
+    return isinstance(value, list) and len(value) <= 1000 and all(_number(v) and v is not None for v in value)
+
+
+_MODEL_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "name": lambda v: isinstance(v, str) and 0 < len(v) <= 500,
+    "seq_len": _count,
+    "n_layer": _count,
+    "vocab_size": _count,
+    "non_embedding_params": _count,
+}
+_MEASURED_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "tokens_per_sec": _number,
+    "padded_tokens_per_sec": _number,
+    "padding_fraction": _number,
+    "step_time_median_s": _number,
+    "step_time_cv": _number,
+    "mfu": _number,
+    "peak_memory_bytes": _count,
+    "peak_memory_source": _text,
+    "allocator_peak_bytes": _count,
+    "host_peak_memory_bytes": _count,
+    "data_wait_fraction": _number,
+    "compile_time_s": _number,
+    "gpu_utilization": _number,
+    "memory_limit_bytes": _count,
+    "tokens_per_sec_runs": _numbers,
+}
+_STUDY_FIELDS: dict[str, Callable[[Any], bool]] = {"name": _text, "storage": _text, "trial": _count}
+_EXPECTED = {
+    _number: "a number >= 0 or null",
+    _count: "a whole number >= 0 or null",
+    _text: "text or null",
+    _numbers: "a list of numbers",
+}
+
+
+def _check_fields(section: Mapping[str, Any], fields: Mapping[str, Callable[[Any], bool]], *, where: str) -> None:
+    """Known fields must have their type; others (from a newer autotune) are kept as they are."""
+    for key, ok in fields.items():
+        if key in section and not ok(section[key]):
+            expected = _EXPECTED.get(ok, "a valid value")
+            raise UsageError(f"{where}.{key}: expected {expected}, got {_shown(section[key])}")
+
+
+def _check_memory_limit(measured: Mapping[str, Any], *, where: str) -> None:
+    limit = measured.get("memory_limit_bytes")
+    if limit is not None and limit < MIN_MEMORY_SIZE:
+        raise UsageError(
+            f"{where}.memory_limit_bytes: {limit} is {format_bytes(limit)}; a memory limit is at least 1 MiB"
+        )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -269,11 +375,12 @@ RECIPE_FIGURES = (
     "data_wait_fraction",
     "compile_time_s",
     "gpu_utilization",
+    "host_peak_memory_bytes",
 )
 
 
 def recipe_measured(measurement: Measurement | None, memory_limit_bytes: int | None) -> dict[str, Any]:
     """The figures a recipe records (its `measured` section) from a run's Measurement."""
-    out = {k: getattr(measurement, k) if measurement is not None else None for k in RECIPE_FIGURES}
+    out = {k: getattr(measurement, k, None) if measurement is not None else None for k in RECIPE_FIGURES}
     out["memory_limit_bytes"] = memory_limit_bytes
     return out

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autotune.config import RunSpec
+from autotune.config import RunSpec, check_runnable_here
 from autotune.device import describe
 from autotune.errors import UsageError
 from autotune.measure import outcomes
 from autotune.recipe.recipe import Recipe, recipe_measured
 from autotune.trial.runner import run_trial
+from autotune.units import format_bytes
 
 DEFAULT_VERIFY_TIMEOUT_S = 1800.0
 
@@ -36,26 +37,42 @@ def verify_recipe(
     min_time_s: float = 2.0,
     data: str | None = None,
     timeout_s: float = DEFAULT_VERIFY_TIMEOUT_S,
+    model: str | None = None,
+    allow_model_import: bool = False,
 ) -> dict[str, Any]:
     """Measure the recipe's config with `trial.runner.run_trial`, in a fresh process with the
-    measuring core of `search`, and judge it against the record (`outcomes`)."""
+    measuring core of `search`, and judge it against the record (`outcomes`). Everything is
+    checked first, nothing runs on a refusal: the model (the recipe's own `package.module:
+    factory` only with `allow_model_import`, or `model` instead; a factory is built in a child
+    process first, under the timeout), the data, the workers this machine can start, and the
+    record itself (a limit below its own peak is a recipe that cannot pass)."""
     from autotune.model.load import check_model_name
 
     recorded = dict(recipe.measured)
     recorded_tps = recorded.get("tokens_per_sec")
     if not isinstance(recorded_tps, (int, float)) or recorded_tps <= 0:
         raise UsageError("the recipe records no tokens_per_sec (measured.tokens_per_sec): nothing to verify against")
-    name = recipe.model.get("name")
-    if not name:
-        raise UsageError("the recipe names no model (model.name)")
-    check_model_name(str(name))
+    limit = recorded.get("memory_limit_bytes")
+    recorded_peak = recorded.get("peak_memory_bytes")
+    if isinstance(limit, int) and isinstance(recorded_peak, int) and recorded_peak > limit:
+        raise UsageError(
+            f"the recipe records a peak of {format_bytes(recorded_peak)} above its own memory limit "
+            f"{format_bytes(limit)} (measured.memory_limit_bytes): it is inconsistent, there is nothing to verify"
+        )
+    name = recipe.model_to_run(model, allow_import=allow_model_import)
+    check_runnable_here(recipe.config, where="the recipe's config")
     data = data or recipe.data or "synthetic"
     if data != "synthetic" and not Path(data).is_file():
         raise UsageError(f"the recipe was measured on {data}, which is not here; give --data PATH (or synthetic)")
-    limit = recorded.get("memory_limit_bytes")
     seq_len = recipe.model.get("seq_len")
+    if ":" in name:  # a factory: built once in a child process, so its failures are one line
+        from autotune.trial.probe import probe
+
+        probe(name, data=data, seq_len=seq_len if isinstance(seq_len, int) else None, timeout_s=timeout_s)
+    else:
+        check_model_name(name)
     spec = RunSpec(
-        model=str(name),
+        model=name,
         device=device,
         data=data,
         seq_len=seq_len if isinstance(seq_len, int) else None,

@@ -59,5 +59,5 @@ def best_recipe(study: optuna.Study, storage_url: str) -> Recipe:
     fits its memory limit."""
     summary = summarize(study)
     if summary.best is None:
-        raise UsageError(f"study {study.study_name!r} has no trial within its memory limit: nothing to export")
+        raise UsageError(f"study {study.study_name!r} has no best trial ({summary.no_best_reason}): nothing to export")
     return recipe_from_trial(summary, study.user_attrs, study.study_name, storage_url)

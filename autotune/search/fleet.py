@@ -201,18 +201,18 @@ def plan_workers(
 def run_workers(settings, devices_text: str, *, as_json: bool = False):
     """Validate, create the study, run one worker per device, and return the SearchResult of
     the whole study; raise SearchInterrupted (exit 130) after a Ctrl-C."""
-    import optuna
-
     from autotune.device import visible_gpu_uuids
     from autotune.search.best import write_recipe
-    from autotune.search.run import SQLITE_WORKERS_WARNING, SearchInterrupted, SearchResult, prepare
-    from autotune.search.storage import default_grace_period_s, is_sqlite, open_storage, redact
-    from autotune.search.study import fail_orphaned_trials, open_study, summarize
+    from autotune.search.run import SQLITE_WORKERS_WARNING, SearchInterrupted, SearchResult, open_search
+    from autotune.search.storage import is_sqlite, parse_storage_url, redact
+    from autotune.search.study import summarize
 
     if settings.device not in ("auto", "cuda"):
         raise UsageError(
             f"--devices starts one worker per GPU, each on its own device: drop --device {settings.device}"
         )
+    if settings.storage and parse_storage_url(settings.storage).in_memory:
+        raise UsageError("--devices: an in-memory storage cannot be shared by workers; use journal:PATH")
     entries = parse_devices(devices_text)
     uuids = visible_gpu_uuids()
     if uuids is None:
@@ -221,19 +221,12 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
             "order), not by UUID"
         )
     devices = resolve_devices(entries, uuids)
-    ctx, name, url = prepare(replace(settings, device=f"cuda:{devices[0].index}"))
+    # Validates everything, creates or resumes the study (reference trials and warm start
+    # enqueued once) and fails a dead tuner's trials once, here, rather than racing in every worker.
+    opened = open_search(replace(settings, device=f"cuda:{devices[0].index}"))
+    study, ctx, name, url, is_new = opened.study, opened.ctx, opened.name, opened.url, opened.is_new
     if len(devices) > 1 and is_sqlite(url):
         log.warning("%d workers on %s. %s", len(devices), redact(url), SQLITE_WORKERS_WARNING)
-    storage = open_storage(url, grace_period_s=default_grace_period_s())
-    optuna.logging.set_verbosity(optuna.logging.ERROR)  # the summary says what happened
-    study, is_new = open_study(name, storage, ctx, seed=settings.seed)
-    orphans = fail_orphaned_trials(study)  # once, here, rather than racing in every worker
-    if orphans:
-        log.warning("failed %d trial(s) left running by a killed tuner: %s", len(orphans), orphans)
-    if settings.warm_start_from and is_new:
-        from autotune.search.warm_start import enqueue_warm_start
-
-        enqueue_warm_start(study, settings.warm_start_from, ctx)
     plans = plan_workers(
         settings,
         devices,
@@ -250,7 +243,7 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
     failures = [
         f"worker {p.device.tag} ({p.device.pin}) exited with status {code}"
         for p, code in zip(plans, codes)
-        if code not in (0, 130)
+        if code not in (0, 129, 130, 143)
     ]
     result = SearchResult(study, summary, ctx, url, recipe_path, is_new, worker_failures=failures)
     if interrupted:
@@ -261,9 +254,9 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
 def supervise(
     plans: Sequence[WorkerPlan], out: IO[str] | None = None, err: IO[str] | None = None, poll_s: float = 0.2
 ) -> tuple[list[int], bool]:
-    """Start every worker, relay its lines with its tag, wait for all of them. Ctrl-C: SIGINT
-    to each worker (they stop and record their trial); a second Ctrl-C: SIGKILL.
-    Returns (exit codes in plan order, whether the user interrupted)."""
+    """Start every worker, relay its lines with its tag, wait for all of them. Ctrl-C (or
+    SIGTERM / SIGHUP): SIGINT to each worker (they stop and record their trial); a second one:
+    SIGKILL. Returns (exit codes in plan order, whether it was stopped)."""
     out, err = out or sys.stdout, err or sys.stderr
     procs: list[subprocess.Popen] = []
     try:
@@ -290,7 +283,7 @@ def supervise(
             if all(proc.poll() is not None for proc in procs):
                 break
             time.sleep(poll_s)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
             interrupts += 1
             sig = signal.SIGINT if interrupts == 1 else signal.SIGKILL
             if interrupts == 1:

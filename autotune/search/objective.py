@@ -19,6 +19,7 @@ from autotune.measure.measurement import Measurement
 from autotune.search.references import reference_config
 from autotune.search.sampling import suggest
 from autotune.search.study import StudyContext
+from autotune.trial._proc import stop_signal_of
 from autotune.trial.runner import TrialResult, run_trial
 
 REASON_LIMIT = 4000  # characters of a reason kept in storage
@@ -101,8 +102,8 @@ class Objective:
                 env=self.trial_env,
                 on_start=lambda pid: trial.set_user_attr("trial_pid", pid),
             )
-        except KeyboardInterrupt:
-            outcome, reason = outcomes.interrupted_by_user()
+        except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
+            outcome, reason = outcomes.interrupted_by_user(stop_signal_of(exc))
             trial.set_user_attr("outcome", outcome)
             trial.set_user_attr("reason", reason)
             raise

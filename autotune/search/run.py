@@ -1,5 +1,12 @@
 """`autotune search` as a library call: settings in, a study and the best recipe out.
 
+Everything is checked before anything is written or run (`prepare`): the model (a user's
+factory is built in a trial process, under the trial timeout: `trial.probe`), the data, the
+space, the limits, the storage URL and its folder, the recipe's path and the disks they are
+on, the warm-start source. A refused run creates nothing. A resumed study keeps its rules
+(`study.check_rules`). SIGTERM and SIGHUP stop a search as Ctrl-C does (the CLI turns them
+into `Stopped`): the running trial is recorded interrupted and the best so far is written.
+
 Printing belongs to the caller: progress goes through a `Reporter` (the CLI's draws a bar)."""
 
 from __future__ import annotations
@@ -8,6 +15,7 @@ import logging
 import os
 import re
 import socket
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -15,20 +23,42 @@ from typing import Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.config import RunSpec, TrainConfig
+from autotune.config import RunSpec, TrainConfig, check_int
 from autotune.device import DeviceInfo, describe, resolve_device, total_host_memory
+from autotune.device.disk import check_writable
 from autotune.errors import AutotuneError, UsageError
 from autotune.search.best import confirmation_key, write_recipe
 from autotune.search.objective import Objective, TrialFailed
 from autotune.search.space_file import default_space_path, load_space
-from autotune.search.storage import default_grace_period_s, default_storage_url, is_sqlite, open_storage, redact
-from autotune.search.study import StudyContext, StudySummary, fail_orphaned_trials, open_study, summarize
-from autotune.trial._proc import process_alive
+from autotune.search.storage import (
+    STUDIES_DIR,
+    check_storage_writable,
+    check_study_name,
+    default_storage_url,
+    heartbeat_grace_s,
+    is_sqlite,
+    open_storage,
+    parse_storage_url,
+    redact,
+    redact_text,
+    study_names,
+)
+from autotune.search.study import (
+    StudyContext,
+    StudySummary,
+    check_rules,
+    fail_orphaned_trials,
+    open_study,
+    summarize,
+)
+from autotune.trial._proc import exit_code_for, process_alive, stop_signal_of
 from autotune.trial.runner import run_trial
+from autotune.units import MIN_MEMORY_SIZE, check_memory_fraction, format_bytes
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_FRACTION = 0.9
+DEFAULT_TRIAL_TIMEOUT_S = {"cpu": 300.0, "cuda": 600.0}
 
 
 @dataclass(frozen=True)
@@ -51,6 +81,11 @@ class SearchSettings:
     seed: int = 0
     recipe: str | None = None
     warm_start_from: str | None = None
+    new_study: bool = False  # a new study even when one of this name exists (NAME-2, NAME-3, ...)
+
+    @property
+    def limit_given(self) -> bool:
+        return self.memory_limit_bytes is not None or self.memory_fraction is not None
 
 
 class Reporter(Protocol):
@@ -72,38 +107,58 @@ class SearchResult:
 
 def model_slug(model: str) -> str:
     name = model.rsplit(":", 1)[-1] if ":" in model else model
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).lstrip(".-") or "model"
 
 
 def memory_limit(settings: SearchSettings, device: DeviceInfo) -> int:
     """--memory-limit, else --memory-fraction (default 0.9) of the device total: NVML's
-    total on a GPU, the host's RAM on CPU (where the limit applies to peak RSS)."""
+    total on a GPU, the host's RAM on CPU (where the limit applies to the run's process tree)."""
     if settings.memory_limit_bytes is not None:
+        check_int("the memory limit", settings.memory_limit_bytes, minimum=1)
         return settings.memory_limit_bytes
-    fraction = settings.memory_fraction if settings.memory_fraction is not None else DEFAULT_MEMORY_FRACTION
-    if not 0 < fraction <= 1:
-        raise UsageError(f"--memory-fraction must be in (0, 1], got {fraction}")
+    fraction = DEFAULT_MEMORY_FRACTION
+    if settings.memory_fraction is not None:
+        fraction = check_memory_fraction(settings.memory_fraction)
     total = device.total_memory_bytes if device.kind == "cuda" else total_host_memory()
     if not total:
         raise UsageError("the device's total memory is unknown (no NVML): give --memory-limit")
-    return int(fraction * total)
+    limit = int(fraction * total)
+    if limit < MIN_MEMORY_SIZE:
+        raise UsageError(
+            f"--memory-fraction {fraction:g} of {format_bytes(total)} is {format_bytes(limit)}; "
+            "a memory limit must be at least 1 MiB"
+        )
+    return limit
 
 
 def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     """Validate everything before anything is written: (context, study name, storage URL)."""
     from autotune.model.gpt import MODEL_SIZES  # the tuner needs a model's shape, hence torch
-    from autotune.model.introspect import model_shape
-    from autotune.model.load import build_model, check_model_name
+    from autotune.model.load import check_model_name
 
-    check_model_name(settings.model)
+    if ":" not in settings.model:
+        check_model_name(settings.model)  # a name of ours, or UsageError; imports nothing
     device_name = resolve_device(settings.device)
     device = describe(device_name)
+    timeout = _trial_timeout(settings, device.kind)
+    if settings.seq_len is not None:
+        check_int("--seq-len", settings.seq_len, minimum=2)
     if settings.model in MODEL_SIZES:
         cfg = MODEL_SIZES[settings.model]
+        if settings.seq_len and settings.seq_len > cfg.block_size:
+            raise UsageError(f"--seq-len {settings.seq_len} is longer than {settings.model}'s context {cfg.block_size}")
         seq_len, n_layer = settings.seq_len or cfg.block_size, cfg.n_layer
-    else:
-        shape = model_shape(build_model(settings.model), settings.seq_len)
-        seq_len, n_layer = shape.context_length, shape.n_layer
+    if settings.data != "synthetic":
+        from autotune.data.datasets import check_data_spec
+
+        check_data_spec(settings.data)  # at once; its content is read by the probe below
+    if settings.model not in MODEL_SIZES or settings.data != "synthetic":
+        # A user's factory, or a data file: built and read in a trial process, under the
+        # trial timeout, so its failures are one line here and never a study locked to them.
+        from autotune.trial.probe import probe
+
+        probed = probe(settings.model, data=settings.data, seq_len=settings.seq_len, timeout_s=timeout)
+        seq_len, n_layer = probed.context_length, probed.n_layer
     space_path = settings.space or default_space_path(device.kind)
     space = load_space(space_path, n_layer=n_layer, seq_len=seq_len)
     spec = RunSpec(
@@ -117,29 +172,102 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         seed=settings.seed,
         memory_limit_bytes=memory_limit(settings, device),
     )
-    timeout = settings.trial_timeout_s or (300.0 if device.kind == "cpu" else 600.0)
     ctx = StudyContext(
         spec=spec, device=device, space=space, memory_limit_bytes=spec.memory_limit_bytes, trial_timeout_s=timeout
     )
-    name = settings.study or f"{model_slug(settings.model)}-{device.slug}"
+    name = (
+        check_study_name(settings.study)
+        if settings.study is not None
+        else f"{model_slug(settings.model)}-{device.slug}"
+    )
+    if settings.storage:
+        parse_storage_url(settings.storage)  # a malformed URL is refused before anything else
+    if settings.new_study:
+        name = next_free_study_name(name, settings.storage)
     url = settings.storage or default_storage_url(name)
+    check_storage_writable(url)
+    check_writable(recipe_path(settings, name), what="recipe", create_folders=True)
+    # Each trial's request, result and stderr go to a temporary folder.
+    check_writable(Path(tempfile.gettempdir()) / "autotune-trial-check", what="temporary folder for trials")
     return ctx, name, url
 
 
-def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> SearchResult:
+def _trial_timeout(settings: SearchSettings, kind: str) -> float:
+    timeout = settings.trial_timeout_s
+    if timeout is None:
+        return DEFAULT_TRIAL_TIMEOUT_S["cpu" if kind == "cpu" else "cuda"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise UsageError(f"--trial-timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def recipe_path(settings: SearchSettings, name: str) -> Path:
+    return Path(settings.recipe) if settings.recipe else Path("recipes") / f"{name}.json"
+
+
+def next_free_study_name(name: str, storage: str | None) -> str:
+    """`name`, or NAME-2, NAME-3, ... : the first that names no study yet (in `storage`, or,
+    with the default storage, no studies/NAME.db file). Reads only."""
+    taken: set[str] = set()
+    if storage is not None:
+        parsed = parse_storage_url(storage)
+        if parsed.path is None or parsed.path.exists():
+            if not parsed.in_memory:
+                taken = set(study_names(open_storage(storage, create=False)))
+    for n in range(1, 10_000):
+        candidate = name if n == 1 else f"{name}-{n}"
+        exists = candidate in taken if storage is not None else (STUDIES_DIR / f"{candidate}.db").exists()
+        if not exists:
+            if candidate != name:
+                log.warning("starting a new study, %s (%s exists)", candidate, name)
+            return candidate
+    raise UsageError(f"--new-study: no free name {name}-N left")
+
+
+@dataclass
+class OpenedStudy:
+    study: optuna.Study
+    is_new: bool
+    ctx: StudyContext
+    name: str
+    url: str
+
+
+def open_search(settings: SearchSettings) -> OpenedStudy:
+    """Check everything, then open or resume the study: what `search` and the `--devices`
+    parent share. A refused run has created nothing."""
     ctx, name, url = prepare(settings)
-    storage = open_storage(url, grace_period_s=default_grace_period_s())
+    warm = None
+    if settings.warm_start_from:
+        from autotune.search.warm_start import plan_warm_start
+
+        warm = plan_warm_start(settings.warm_start_from, ctx)  # reads the source; refusals leave nothing
+    storage = open_storage(url, grace_period_s=heartbeat_grace_s(url))
+    if parse_storage_url(url).in_memory:
+        log.warning("storage %s is in memory: the study is gone when this search ends (the recipe is written)", url)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our reporter says what happened
-    study, is_new = open_study(name, storage, ctx, seed=settings.seed)
+    study, is_new = open_study(name, storage, ctx, seed=settings.seed, on_create=warm.enqueue if warm else None)
+    if not is_new:
+        ctx = check_rules(study, ctx, limit_given=settings.limit_given)
+        if warm is not None:
+            log.warning(
+                "study %r exists: --warm-start-from applies to a new study only and is ignored (start one with "
+                "--new-study)",
+                name,
+            )
     orphans = fail_orphaned_trials(study)
     if orphans:
         log.warning("failed %d trial(s) left running by a killed tuner: %s", len(orphans), orphans)
+    return OpenedStudy(study, is_new, ctx, name, url)
+
+
+def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> SearchResult:
+    import sqlalchemy.exc
+
+    opened = open_search(settings)
+    study, ctx, name, url = opened.study, opened.ctx, opened.name, opened.url
     if is_sqlite(url):
         warn_if_sqlite_shared(study, url)
-    if settings.warm_start_from and is_new:
-        from autotune.search.warm_start import enqueue_warm_start
-
-        enqueue_warm_start(study, settings.warm_start_from, ctx)
 
     objective = Objective(ctx, on_running=reporter.trial_started if reporter else None)
 
@@ -147,7 +275,7 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
         if reporter:
             reporter.trial_finished(trial, summarize(study))
 
-    interrupted = False
+    stop: KeyboardInterrupt | None = None
     try:
         study.optimize(
             objective,
@@ -158,15 +286,26 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
             gc_after_trial=False,
         )
         confirm_best(study, ctx, reporter)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
+        stop = exc
+    except sqlalchemy.exc.SQLAlchemyError as exc:  # a database that filled up or went away mid-study
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise AutotuneError(
+            f"storage {redact(url)}: cannot write the study ({redact_text(first[:200], url)}); "
+            "the trials recorded so far are kept"
+        ) from None
+    except OSError as exc:  # a full or read-only disk mid-study (journal file, a trial's temporary folder)
+        where = f" {exc.filename}" if exc.filename else ""
+        raise AutotuneError(
+            f"the search stopped: cannot write{where} ({exc.strerror or exc}); the trials recorded so far are kept"
+        ) from None
     summary = summarize(study)
-    recipe_path = None
+    path = None
     if summary.best is not None:
-        recipe_path = write_recipe(study, summary, name, url, settings.recipe)
-    result = SearchResult(study, summary, ctx, url, recipe_path, is_new)
-    if interrupted:
-        raise SearchInterrupted(result)
+        path = write_recipe(study, summary, name, url, settings.recipe)
+    result = SearchResult(study, summary, ctx, url, path, opened.is_new)
+    if stop is not None:
+        raise SearchInterrupted(result, stop_signal_of(stop))
     return result
 
 
@@ -222,13 +361,17 @@ def warn_if_sqlite_shared(study: optuna.Study, url: str) -> bool:
 
 
 class SearchInterrupted(AutotuneError):
-    """Ctrl-C: the running trial was killed and recorded; the best so far was written."""
+    """Ctrl-C, SIGTERM or SIGHUP: the running trial was killed and recorded; the best so far
+    was written. Exit 128 + the signal: 130 (Ctrl-C), 143 (SIGTERM), 129 (SIGHUP)."""
 
-    exit_code = 130
+    def __init__(self, result: SearchResult, signum: int = 2) -> None:
+        import signal
 
-    def __init__(self, result: SearchResult) -> None:
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
         super().__init__(
-            "interrupted: the running trial was stopped and recorded"
+            f"{how}: the running trial was stopped and recorded"
             + (f"; the best so far is in {result.recipe_path}" if result.recipe_path else "")
         )
         self.result = result
+        self.signum = signum
+        self.exit_code = exit_code_for(self)

@@ -9,7 +9,7 @@ Format (see search_spaces/*.yaml):
     dimensions:                 # knobs the sampler chooses
       num_workers: {choices: [0, 2, 4]}
       prefetch_factor: {choices: [2, 4], when: {num_workers: {gt: 0}}}   # conditional
-      token_budget: {low: 4096, high: 65536, log: true, step: 1024}     # or choices
+      token_budget: {low: 4096, high: 65536, step: 4096}                # or choices, or log: true
       checkpoint:               # the checkpointed set, as a count and a placement
         count: {low: 0, high: n_layer}
         placement: {choices: [first, last, spread]}
@@ -18,25 +18,51 @@ Format (see search_spaces/*.yaml):
         require: {amp_dtype: [float16, bfloat16]}
         reason: flash attention needs float16 or bfloat16
 
-Conditions (`when`) map a knob to a value, a list of values, or {gt|ge|lt|le: number}.
-Every error names the file and the key at fault.
+Conditions (`when`) map a knob to a value, a list of values, or {gt|ge|lt|le: number}; a
+dimension's `when` may only read knobs that are fixed or listed above it (they are sampled in
+file order). Integer ranges: `step` >= 1 dividing high - low; `log: true` needs low >= 1 and
+no step (Optuna samples a log range without one).
+
+Everything is checked here, before any trial runs: a space that loads never fails mid-study.
+Every error names the file and the key at fault. The YAML itself is read strictly (no anchors
+or aliases, no duplicate keys, at most 1 MiB: see `config.load_yaml`).
 """
 
 from __future__ import annotations
 
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-from autotune.config import KNOBS, knob_text, parse_knob
+from autotune.config import (
+    KNOBS,
+    MAX_NUM_WORKERS,
+    MAX_PREFETCH_FACTOR,
+    MAX_TOKEN_BUDGET,
+    check_workers_here,
+    knob_text,
+    load_yaml,
+    parse_knob,
+    read_config_file,
+    yaml_problem,
+)
 from autotune.errors import UsageError
 from autotune.search.space import COMPARISONS, PLACEMENTS, CheckpointDimension, Dimension, Rule, SearchSpace
 
 _TOP_KEYS = {"version", "description", "fixed", "dimensions", "rules"}
 _DIM_KEYS = {"choices", "low", "high", "log", "step", "when"}
 _CATEGORICAL = ("amp_dtype", "compile_mode", "sdpa_backend", "batching", "pin_memory", "persistent_workers")
+# The integer knobs, with the range each may take: what a low/high range and a comparison may name.
+_INTEGER_RANGES = {
+    "num_workers": (0, MAX_NUM_WORKERS),
+    "prefetch_factor": (1, MAX_PREFETCH_FACTOR),
+    "token_budget": (1, MAX_TOKEN_BUDGET),
+    "checkpoint_count": (0, 100_000),
+}
+MAX_CHOICES = 1000  # per dimension: a sampler cannot learn more
 
 
 def default_space_path(device_kind: str) -> Path:
@@ -49,16 +75,14 @@ def default_space_path(device_kind: str) -> Path:
 def load_space(path: str | Path, *, n_layer: int | None = None, seq_len: int | None = None) -> SearchSpace:
     """Read and validate a space file, bound to a model's depth and context when given."""
     path = Path(path)
+    text = read_config_file(path, what=f"search space {path}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"search space {path}: cannot read it ({exc.strerror})") from None
-    try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UsageError(f"search space {path}: malformed YAML{where} ({getattr(exc, 'problem', exc)})") from None
+        where = f" at line {mark.line + 1}" if mark and getattr(exc, "problem", None) else ""
+        problem = getattr(exc, "problem", None) or yaml_problem(exc)
+        raise UsageError(f"search space {path}: malformed YAML{where} ({' '.join(str(problem).split())})") from None
     if not isinstance(raw, dict):
         raise UsageError(f"search space {path}: expected a mapping with 'dimensions', got {type(raw).__name__}")
     return parse_space(raw, source=str(path), n_layer=n_layer, seq_len=seq_len)
@@ -68,6 +92,19 @@ def parse_space(
     raw: Mapping[str, Any], *, source: str, n_layer: int | None = None, seq_len: int | None = None
 ) -> SearchSpace:
     return _Parser(source, n_layer).space(raw, seq_len)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class _Parser:
@@ -81,12 +118,18 @@ class _Parser:
         return UsageError(f"search space {self.source}: {key}: {message}")
 
     def space(self, raw: Mapping[str, Any], seq_len: int | None) -> SearchSpace:
-        unknown = sorted(set(raw) - _TOP_KEYS)
+        unknown = sorted(str(k) for k in set(raw) - _TOP_KEYS)
         if unknown:
             raise self.error(unknown[0], f"unknown key; expected {', '.join(sorted(_TOP_KEYS))}")
-        if raw.get("version", 1) != 1:
-            raise self.error("version", f"unsupported version {raw.get('version')!r}; this autotune reads version 1")
-        fixed = dict(raw.get("fixed") or {})
+        version = raw.get("version", 1)
+        if not _is_int(version) or version != 1:
+            raise self.error("version", f"unsupported version {_shown(version)}; this autotune reads version 1")
+        if not isinstance(raw.get("description", ""), str):
+            raise self.error("description", "expected text")
+        fixed = raw.get("fixed") or {}
+        if not isinstance(fixed, dict):
+            raise self.error("fixed", f"expected a mapping of knob -> value, got {type(fixed).__name__}")
+        fixed = dict(fixed)
         for knob, value in fixed.items():
             self.check_knob(f"fixed.{knob}", knob)
             self.check_value(f"fixed.{knob}", knob, value)
@@ -109,8 +152,13 @@ class _Parser:
                 and {"low", "high"} <= set(spec)
             ):
                 raise self.error(f"dimensions.{name}", "is categorical: give choices, not low/high")
-            dimensions[name] = self.dimension(f"dimensions.{name}", name, spec)
-        rules = tuple(self.rule(f"rules[{i}]", rule) for i, rule in enumerate(raw.get("rules") or []))
+            # Sampled in file order: a condition can only read what is known by then.
+            known = set(fixed) | set(dimensions)
+            dimensions[name] = self.dimension(f"dimensions.{name}", name, spec, known)
+        rules_raw = raw.get("rules") or []
+        if not isinstance(rules_raw, list):
+            raise self.error("rules", "expected a list of {when: {...}, require: {...}, reason: text}")
+        rules = tuple(self.rule(f"rules[{i}]", rule) for i, rule in enumerate(rules_raw))
         space = SearchSpace(
             source=self.source,
             raw=raw,
@@ -122,69 +170,118 @@ class _Parser:
             seq_len=seq_len,
         )
         self.check_against_model(space)
+        self.check_against_machine(space)
         return space
 
-    def check_knob(self, key: str, knob: str) -> None:
-        if knob not in KNOBS or knob == "checkpoint_layers":
+    def check_knob(self, key: str, knob: Any) -> None:
+        if not isinstance(knob, str) or knob not in KNOBS or knob == "checkpoint_layers":
             valid = [k for k in KNOBS if k != "checkpoint_layers"] + ["checkpoint"]
             raise self.error(key, f"unknown knob; valid: {', '.join(valid)}")
 
     def check_value(self, key: str, knob: str, value: Any) -> None:
+        """`value` must be exactly what the knob takes, type included: `pin_memory: 1` or
+        `num_workers: "2"` would pass a text round trip, then fail once sampled."""
+        if isinstance(value, (dict, list)):
+            raise self.error(key, f"expected one value for {knob}, got a {type(value).__name__}")
         try:
-            parse_knob(knob, knob_text(value))
+            typed = parse_knob(knob, knob_text(value))
         except UsageError as exc:
             raise self.error(key, str(exc)) from None
+        if typed != value or type(typed) is not type(value):
+            raise self.error(key, f"invalid value {_shown(value)} for {knob}: expected {_expected(knob, typed)}")
 
-    def dimension(self, key: str, knob: str, spec: Any) -> Dimension:
+    def dimension(self, key: str, knob: str, spec: Any, known: set[str]) -> Dimension:
         if not isinstance(spec, dict):
             raise self.error(key, "expected a mapping with choices, or low and high")
-        unknown = sorted(set(spec) - _DIM_KEYS)
+        unknown = sorted(str(k) for k in set(spec) - _DIM_KEYS)
         if unknown:
             raise self.error(f"{key}.{unknown[0]}", f"unknown key; expected {', '.join(sorted(_DIM_KEYS))}")
         when = self.condition(f"{key}.when", spec.get("when"))
+        if when:
+            for other in when:
+                if other == knob:
+                    raise self.error(f"{key}.when.{other}", "a dimension cannot depend on itself")
+                if other not in known:
+                    raise self.error(
+                        f"{key}.when.{other}",
+                        f"{other} is not fixed or sampled before {knob}; list it above {knob} (dimensions are "
+                        "sampled in file order)",
+                    )
         if "choices" in spec:
-            choices = spec["choices"]
-            if not isinstance(choices, list) or not choices:
-                raise self.error(f"{key}.choices", "expected a non-empty list")
-            for value in choices:
-                self.check_value(f"{key}.choices", knob, value)
-            return Dimension(knob, choices=tuple(choices), when=when)
+            if set(spec) & {"low", "high", "log", "step"}:
+                raise self.error(key, "give choices, or low and high, not both")
+            return Dimension(knob, choices=self.choices(f"{key}.choices", knob, spec["choices"]), when=when)
         if "low" in spec and "high" in spec:
             return self.integer_range(key, knob, spec, when)
         raise self.error(key, "expected choices, or low and high")
 
+    def choices(self, key: str, knob: str, choices: Any) -> tuple[Any, ...]:
+        if not isinstance(choices, list) or not choices:
+            raise self.error(key, "expected a non-empty list")
+        if len(choices) > MAX_CHOICES:
+            raise self.error(key, f"{len(choices)} choices; at most {MAX_CHOICES}")
+        for value in choices:
+            self.check_value(key, knob, value)
+        seen: list[Any] = []
+        for value in choices:
+            if value in seen:
+                raise self.error(key, f"{knob_text(value)} is listed twice")
+            seen.append(value)
+        return tuple(choices)
+
     def integer_range(self, key: str, name: str, spec: Mapping[str, Any], when: Mapping[str, Any] | None) -> Dimension:
+        if name not in _INTEGER_RANGES:
+            raise self.error(key, "low/high ranges are for integer knobs (num_workers, prefetch_factor, token_budget)")
         low, high, step = spec["low"], spec["high"], spec.get("step", 1)
-        if not isinstance(low, int) or not (isinstance(high, int) or high == "n_layer") or not isinstance(step, int):
+        if not _is_int(low) or not (_is_int(high) or high == "n_layer") or not _is_int(step):
             raise self.error(key, "low, high and step must be integers (high may be n_layer)")
+        log = spec.get("log", False)
+        if not isinstance(log, bool):
+            raise self.error(f"{key}.log", f"expected true or false, got {_shown(log)}")
+        least, most = _INTEGER_RANGES[name]
+        if step < 1:
+            raise self.error(f"{key}.step", f"must be at least 1, got {step}")
+        if low < least:
+            raise self.error(f"{key}.low", f"{name} must be at least {least}, got {low}")
         if high == "n_layer" and self.n_layer is not None:
             high = self.n_layer
-        if isinstance(high, int) and high < low:
-            raise self.error(key, f"high {high} is below low {low}")
-        return Dimension(name, low=low, high=high, log=bool(spec.get("log", False)), step=step, when=when)
+        if isinstance(high, int):
+            if high < low:
+                raise self.error(key, f"high {high} is below low {low}")
+            if high > most:
+                raise self.error(f"{key}.high", f"{name} must be at most {most}, got {high}")
+            if (high - low) % step:
+                raise self.error(key, f"high - low ({high - low}) is not a multiple of step {step}")
+        if log:
+            if "step" in spec and step != 1:
+                raise self.error(key, "log: true samples without a step; drop step, or drop log")
+            if low < 1:
+                raise self.error(f"{key}.low", f"log: true needs low >= 1, got {low}")
+        return Dimension(name, low=low, high=high, log=log, step=step, when=when)
 
     def checkpoint(self, spec: Any) -> CheckpointDimension:
         key = "dimensions.checkpoint"
-        if not isinstance(spec, dict) or set(spec) - {"count", "placement", "when"} or "count" not in spec:
+        if not isinstance(spec, dict) or set(spec) - {"count", "placement"} or "count" not in spec:
             raise self.error(
                 key, "expected {count: {low, high} or {choices}, placement: {choices: [first, last, spread]}}"
             )
         count = spec["count"]
-        if not isinstance(count, dict) or set(count) - _DIM_KEYS:
+        if not isinstance(count, dict) or set(count) - (_DIM_KEYS - {"when"}):
             raise self.error(f"{key}.count", "expected {low, high} or {choices: [...]} of block counts")
         if "choices" in count:
             choices = count["choices"]
             if (
                 not isinstance(choices, list)
                 or not choices
-                or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in choices)
+                or len(choices) > MAX_CHOICES
+                or not all(_is_int(c) and 0 <= c <= _INTEGER_RANGES["checkpoint_count"][1] for c in choices)
+                or len(set(choices)) != len(choices)
+                or set(count) != {"choices"}
             ):
-                raise self.error(f"{key}.count.choices", "expected a non-empty list of block counts >= 0")
+                raise self.error(f"{key}.count.choices", "expected a non-empty list of distinct block counts >= 0")
             count_dim = Dimension("checkpoint_count", choices=tuple(choices))
         elif "low" in count and "high" in count:
             count_dim = self.integer_range(f"{key}.count", "checkpoint_count", count, None)
-            if count_dim.low < 0:
-                raise self.error(f"{key}.count", f"low {count_dim.low} is below 0")
         else:
             raise self.error(f"{key}.count", "expected choices, or low and high")
         placement = spec.get("placement", {"choices": ["spread"]})
@@ -193,7 +290,8 @@ class _Parser:
             or set(placement) != {"choices"}
             or not isinstance(placement["choices"], list)
             or not placement["choices"]
-            or not set(placement["choices"]) <= set(PLACEMENTS)
+            or not all(isinstance(p, str) and p in PLACEMENTS for p in placement["choices"])
+            or len(set(placement["choices"])) != len(placement["choices"])
         ):
             raise self.error(
                 f"{key}.placement", f"expected {{choices: [...]}} with values from {', '.join(PLACEMENTS)}"
@@ -201,14 +299,29 @@ class _Parser:
         return CheckpointDimension(count_dim, tuple(placement["choices"]))
 
     def condition(self, key: str, cond: Any) -> Mapping[str, Any] | None:
+        """knob -> a value, a list of values, or {gt|ge|lt|le: number}; each value one the knob
+        takes (a typo would make a condition that never holds), numbers only for integer knobs."""
         if cond is None:
             return None
-        if not isinstance(cond, dict):
+        if not isinstance(cond, dict) or not cond:
             raise self.error(key, "expected a mapping of knob -> value, [values] or {gt|ge|lt|le: n}")
         for knob, test in cond.items():
             self.check_knob(f"{key}.{knob}", knob)
-            if isinstance(test, dict) and (set(test) - set(COMPARISONS) or not test):
-                raise self.error(f"{key}.{knob}", f"expected operators from {', '.join(COMPARISONS)}")
+            if isinstance(test, dict):
+                if not test or set(test) - set(COMPARISONS):
+                    raise self.error(f"{key}.{knob}", f"expected operators from {', '.join(COMPARISONS)}")
+                if knob not in _INTEGER_RANGES:
+                    raise self.error(f"{key}.{knob}", f"{knob} is not a number: compare it with a value or a list")
+                for op, bound in test.items():
+                    if not _is_number(bound):
+                        raise self.error(f"{key}.{knob}.{op}", f"expected a number, got {_shown(bound)}")
+            elif isinstance(test, list):
+                if not test:
+                    raise self.error(f"{key}.{knob}", "expected a non-empty list of values")
+                for value in test:
+                    self.check_value(f"{key}.{knob}", knob, value)
+            else:
+                self.check_value(f"{key}.{knob}", knob, test)
         return cond
 
     def rule(self, key: str, rule: Any) -> Rule:
@@ -220,19 +333,26 @@ class _Parser:
             raise self.error(key, "expected {when: {...}, require: {...}, reason: text}")
         when = self.condition(f"{key}.when", rule["when"])
         require = self.condition(f"{key}.require", rule["require"])
-        return Rule(when, require, str(rule.get("reason") or f"violates {key}"))
+        reason = rule.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise self.error(f"{key}.reason", "expected text")
+        return Rule(when, require, reason or f"violates {key}")
 
     def check_against_model(self, space: SearchSpace) -> None:
         """Values the model makes impossible are errors in the file, found before any trial."""
         budgets = space.dimensions.get("token_budget")
-        if space.seq_len and budgets is not None:
+        smallest = None
+        if budgets is not None:
             smallest = min(budgets.choices) if budgets.choices else budgets.low
-            if smallest < space.seq_len:
-                raise self.error(
-                    "dimensions.token_budget",
-                    f"{smallest} is smaller than the context length "
-                    f"{space.seq_len}: one full-length sequence must fit in a step",
-                )
+        elif "token_budget" in space.fixed:
+            smallest = space.fixed["token_budget"]
+        if space.seq_len and smallest is not None and smallest < space.seq_len:
+            key = "dimensions.token_budget" if budgets is not None else "fixed.token_budget"
+            raise self.error(
+                key,
+                f"{smallest} is smaller than the context length "
+                f"{space.seq_len}: one full-length sequence must fit in a step",
+            )
         if space.checkpoint and self.n_layer is not None:
             count = space.checkpoint.count
             top = max(count.choices) if count.choices else count.high
@@ -240,3 +360,22 @@ class _Parser:
                 raise self.error(
                     "dimensions.checkpoint.count", f"{top} blocks, but the model has {self.n_layer}; use high: n_layer"
                 )
+
+    def check_against_machine(self, space: SearchSpace) -> None:
+        """DataLoader workers are processes: a space may not ask for more than this machine takes."""
+        workers = space.dimensions.get("num_workers")
+        if workers is not None:
+            top = max(workers.choices) if workers.choices else workers.high
+            key = "dimensions.num_workers"
+        else:
+            top, key = space.fixed.get("num_workers"), "fixed.num_workers"
+        if isinstance(top, int):
+            check_workers_here(top, where=f"search space {self.source}: {key}")
+
+
+def _expected(knob: str, typed: Any) -> str:
+    if isinstance(typed, bool):
+        return "true or false"
+    if knob in _INTEGER_RANGES:
+        return "an integer" + (" or none" if knob == "prefetch_factor" else "")
+    return "one of its names, as text"

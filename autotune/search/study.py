@@ -1,7 +1,12 @@
-"""A study: opening or resuming it (the same hardware, model, data and space, or refused),
-its identity and attributes, the sampler, failing a dead tuner's trials, and reading it back
-as a `StudySummary`. Importing this module does not import torch: `show` and `compare`
-read studies through it.
+"""A study: opening or resuming it (the same hardware, model, data and space, or refused; the
+same rules of measurement, or refused), its identity and attributes, the sampler, failing a
+dead tuner's trials, and reading it back as a `StudySummary`. Importing this module does not
+import torch: `show` and `compare` read studies through it.
+
+A resumed study keeps its rules: its memory limit, and the timed window (--steps,
+--min-time) every trial was measured with. A run asking for others is refused with the
+difference named (`check_rules`); the memory limit is taken from the study when the run does
+not set one. Trials measured under different rules are never mixed in one study.
 
 How a trial is recorded, by outcome (decided in `measure.outcomes.recording`):
 
@@ -18,12 +23,13 @@ peak_memory_bytes and the whole measurement, so optuna-dashboard shows them as t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -37,7 +43,8 @@ from autotune.measure.measurement import Measurement
 from autotune.search.references import BASELINE, CHECKLIST, enqueue_references
 from autotune.search.space import SearchSpace
 from autotune.search.storage import RetryStaleTrial, internals
-from autotune.trial._proc import process_alive
+from autotune.trial._proc import process_alive, stops_deferred
+from autotune.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -99,25 +106,40 @@ def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
 # A study is ready once its identity attr is written. Its creator writes every other attr and
 # enqueues the reference trials first, so a worker that sees the identity also sees them.
 READY_ATTR = "identity"
+# Written first, right after the study is created: who is setting it up. A worker that finds
+# a study not ready while its creator (on this host) is gone sets it up at once, not after
+# JOIN_WAIT_S.
+CREATOR_ATTR = "creator"
 JOIN_WAIT_S = 30.0  # how long a joining worker waits for the creator to finish setting up
 
 
-def open_study(name: str, storage, ctx: StudyContext, *, seed: int | None = None) -> tuple[optuna.Study, bool]:
+def open_study(
+    name: str,
+    storage,
+    ctx: StudyContext,
+    *,
+    seed: int | None = None,
+    on_create: Callable[[optuna.Study], None] | None = None,
+) -> tuple[optuna.Study, bool]:
     """Create the study, or resume it when it was made for the same hardware, model, data
-    and space. Returns (study, is_new).
+    and space. Returns (study, is_new). `on_create(study)` runs as part of a new study's set-up
+    (a warm start enqueues its trials there), before the study is marked ready.
 
     Race-free with many workers: only the one whose `create_study` succeeds sets the study
     up and enqueues the reference trials; the others get DuplicatedStudyError, load it and
     wait until it is ready. (load_if_exists would let two new workers both see an empty
-    study and both enqueue the references.)"""
+    study and both enqueue the references.) A stop signal (Ctrl-C, SIGTERM) during creation
+    and set-up waits until they are done: a study is never left half made."""
     sampler = make_sampler(seed)
-    try:
-        study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler)
-    except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-    else:
-        _set_up(study, ctx)
-        return study, True
+    with stops_deferred():
+        try:
+            study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler)
+        except optuna.exceptions.DuplicatedStudyError:
+            study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        else:
+            study.set_user_attr(CREATOR_ATTR, {"host": socket.gethostname(), "pid": os.getpid()})
+            _set_up(study, ctx, on_create)
+            return study, True
     existing = _wait_until_ready(study)
     if existing is None:
         if study.trials:
@@ -127,7 +149,8 @@ def open_study(name: str, storage, ctx: StudyContext, *, seed: int | None = None
             )
         # Created, then its creator stopped before setting it up: finish the job.
         log.warning("study %r was created but never set up (its creator stopped early): setting it up now", name)
-        _set_up(study, ctx)
+        with stops_deferred():
+            _set_up(study, ctx, on_create)
         return study, True
     if seed is not None:
         study.sampler = make_sampler(worker_seed(seed, len(study.trials)))
@@ -140,6 +163,40 @@ def open_study(name: str, storage, ctx: StudyContext, *, seed: int | None = None
     return study, False
 
 
+def check_rules(study: optuna.Study, ctx: StudyContext, *, limit_given: bool) -> StudyContext:
+    """The context to resume `study` with: its own memory limit when the run sets none
+    (`limit_given` False); UsageError when the run asks for another limit, or another timed
+    window (--steps, --min-time), than every trial of the study was measured with."""
+    attrs = study.user_attrs
+    stored_limit = attrs.get("memory_limit_bytes")
+    differences = []
+    if isinstance(stored_limit, int) and stored_limit != ctx.memory_limit_bytes:
+        if limit_given:
+            differences.append(
+                f"memory limit {format_bytes(stored_limit)} ({stored_limit} bytes), this run "
+                f"{format_bytes(ctx.memory_limit_bytes)}"
+            )
+        else:
+            log.info("resuming %r with its memory limit %s", study.study_name, format_bytes(stored_limit))
+            ctx = dataclasses.replace(
+                ctx,
+                memory_limit_bytes=stored_limit,
+                spec=dataclasses.replace(ctx.spec, memory_limit_bytes=stored_limit),
+            )
+    run = attrs.get("run") or {}
+    for key, option in (("steps", "--steps"), ("min_time_s", "--min-time")):
+        stored, asked = run.get(key), getattr(ctx.spec, key)
+        if stored is not None and stored != asked:
+            differences.append(f"{option} {stored:g}, this run {asked:g}")
+    if differences:
+        raise UsageError(
+            f"study {study.study_name!r} was measured with {'; '.join(differences)}: trials measured under other "
+            "rules cannot be compared. Resume it with its settings, or start a new study (--new-study, or "
+            "--study NAME)"
+        )
+    return ctx
+
+
 def worker_seed(seed: int, n_trials: int, pid: int | None = None) -> int:
     """The sampler seed of a worker joining or resuming a study. Salted with the number of
     trials (a resumed study must not replay the first run's random draws) and the process id
@@ -148,22 +205,34 @@ def worker_seed(seed: int, n_trials: int, pid: int | None = None) -> int:
     return (seed * 1_000_003 + n_trials * 7_919 + (os.getpid() if pid is None else pid)) % 2**32
 
 
-def _set_up(study: optuna.Study, ctx: StudyContext) -> None:
+def _set_up(study: optuna.Study, ctx: StudyContext, on_create: Callable[[optuna.Study], None] | None = None) -> None:
     attrs = study_attrs(ctx)
     identity = attrs.pop(READY_ATTR)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     enqueue_references(study)
+    if on_create is not None:
+        on_create(study)
     study.set_user_attr(READY_ATTR, identity)  # last: the study is ready
 
 
 def _wait_until_ready(study: optuna.Study) -> dict[str, Any] | None:
+    """The study's identity once its creator has set it up; None after JOIN_WAIT_S, or at once
+    when the creator was a process of this host that is gone."""
     deadline = time.monotonic() + JOIN_WAIT_S
     while True:
-        identity = study.user_attrs.get(READY_ATTR)
-        if identity is not None or time.monotonic() > deadline:
+        attrs = study.user_attrs
+        identity = attrs.get(READY_ATTR)
+        if identity is not None or time.monotonic() > deadline or _creator_gone(attrs.get(CREATOR_ATTR)):
             return identity
         time.sleep(0.2)
+
+
+def _creator_gone(creator: Any) -> bool:
+    if not isinstance(creator, dict) or creator.get("host") != socket.gethostname():
+        return False
+    pid = creator.get("pid")
+    return isinstance(pid, int) and pid != os.getpid() and not process_alive(pid)
 
 
 def _identity_mismatch(stored: dict[str, Any], current: dict[str, Any]) -> tuple[str, str] | None:
@@ -231,10 +300,17 @@ class StudySummary:
 
     @property
     def no_best_reason(self) -> str:
-        """Why there is no best: every trial that got as far as memory broke the limit, or no
-        trial got that far (all crashed, timed out or unsupported: the limit is not the cause)."""
+        """Why there is no best: the study has no trials; every trial that got as far as memory
+        broke the limit; every run that finished did not train (diverged); or no trial got that
+        far (all crashed, timed out or unsupported: the limit is not the cause)."""
+        if not self.trials:
+            return "the study has no trials yet"
         measured = sum(self.counts.get(o, 0) for o in (*outcomes.MEASURED, *outcomes.INFEASIBLE))
-        return "no trial fits the memory limit" if measured else "no trial finished a measurement"
+        if measured:
+            return "no trial fits the memory limit"
+        if self.counts.get(outcomes.DIVERGED):
+            return "no trial finished a measurement with a finite loss (every run that finished diverged)"
+        return "no trial finished a measurement"
 
 
 def tokens_per_sec(trial: FrozenTrial) -> float | None:

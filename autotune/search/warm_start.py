@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -75,10 +76,26 @@ def warm_start_candidates(source: optuna.Study, top_k: int) -> list[FrozenTrial]
     return chosen[:top_k]
 
 
-def enqueue_warm_start(study: optuna.Study, ref: str, ctx: StudyContext, top_k: int = DEFAULT_WARM_START_K) -> int:
-    """Enqueue the top-k feasible ok configurations of the study `ref` names that are valid
-    here (in this space, within its rules, supported by this device). Returns how many were
-    enqueued; the ones skipped, and why, are logged. They run after the reference trials."""
+@dataclass
+class WarmStart:
+    """The configurations a new study will start from: read and checked before the study is
+    created (a source that cannot be read then leaves nothing behind), enqueued as part of
+    its set-up."""
+
+    source: str  # the REF, password redacted
+    entries: list[tuple[dict[str, Any], int]] = field(default_factory=list)  # (params, source trial number)
+
+    def enqueue(self, study: optuna.Study) -> int:
+        for params, number in self.entries:
+            study.enqueue_trial(params, user_attrs={"warm_start_from": self.source, "warm_start_trial": number})
+        log.info("warm start from %s: enqueued %d configuration(s)", self.source, len(self.entries))
+        return len(self.entries)
+
+
+def plan_warm_start(ref: str, ctx: StudyContext, top_k: int = DEFAULT_WARM_START_K) -> WarmStart:
+    """Read the study `ref` names and pick its top-k feasible ok configurations that are valid
+    here (in this space, within its rules, supported by this device); the ones skipped, and
+    why, are logged. Reads only: UsageError when the source cannot be read."""
     source = load_ref(ref)
     shown = redact(ref)
     for key in ("model", "seq_len"):
@@ -86,7 +103,7 @@ def enqueue_warm_start(study: optuna.Study, ref: str, ctx: StudyContext, top_k: 
         if theirs is not None and theirs != ours:
             log.warning("warm start from %s: it was made for %s %s, this study is %s", shown, key, theirs, ours)
     skipped: dict[str, list[int]] = {}
-    enqueued = 0
+    plan = WarmStart(shown)
     for trial in warm_start_candidates(source, top_k):
         try:
             cfg = TrainConfig.from_dict(trial.user_attrs["config"])
@@ -97,9 +114,7 @@ def enqueue_warm_start(study: optuna.Study, ref: str, ctx: StudyContext, top_k: 
         if params is None:
             skipped.setdefault(reason, []).append(trial.number)
             continue
-        study.enqueue_trial(params, user_attrs={"warm_start_from": shown, "warm_start_trial": trial.number})
-        enqueued += 1
-    log.info("warm start from %s: enqueued %d configuration(s)", shown, enqueued)
+        plan.entries.append((params, trial.number))
     if skipped:
         log.warning(
             "warm start from %s: skipped %d of its best: %s",
@@ -107,4 +122,11 @@ def enqueue_warm_start(study: optuna.Study, ref: str, ctx: StudyContext, top_k: 
             sum(map(len, skipped.values())),
             "; ".join(f"{why} (#{', #'.join(map(str, numbers))})" for why, numbers in skipped.items()),
         )
-    return enqueued
+    return plan
+
+
+def enqueue_warm_start(study: optuna.Study, ref: str, ctx: StudyContext, top_k: int = DEFAULT_WARM_START_K) -> int:
+    """Enqueue the top-k feasible ok configurations of the study `ref` names that are valid
+    here (see `plan_warm_start`). Returns how many were enqueued. They run after the
+    reference trials."""
+    return plan_warm_start(ref, ctx, top_k).enqueue(study)

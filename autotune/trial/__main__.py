@@ -1,8 +1,14 @@
-"""The trial process: `python -m autotune.trial REQUEST RESULT PARENT_PID`.
+"""The trial process: `python -m autotune.trial MODE REQUEST RESULT PARENT_PID`.
 
-Runs one measurement in a fresh interpreter (a CUDA OOM or illegal access can poison a
-process; compile caches and DataLoader workers leak across runs) and writes the result as
-JSON. It dies with the tuner: PR_SET_PDEATHSIG delivers SIGKILL if the parent goes first."""
+    --measure   run one measurement and write it (a search trial, `verify`, the confirmation run)
+    --probe     build the model and, for a file, the dataset, and write what the tuner needs of
+                them (context length, depth, vocabulary): a user's factory runs here, under a
+                timeout, never in the tuner (see `trial.probe`)
+
+A fresh interpreter each time: a CUDA OOM or illegal access can poison a process; compile
+caches and DataLoader workers leak across runs; a user's factory may raise, exit or hang. The
+result is written as JSON, atomically. The process dies with the tuner: PR_SET_PDEATHSIG
+delivers SIGKILL if the parent goes first."""
 
 from __future__ import annotations
 
@@ -10,17 +16,27 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 from autotune.trial._proc import die_with_parent
 
 
 def main(argv: list[str]) -> int:
     started = time.time()
+    mode = argv.pop(0) if argv and argv[0].startswith("--") else "--measure"
     request_path, result_path, parent_pid = argv[0], argv[1], int(argv[2])
     die_with_parent(parent_pid)
     with open(request_path, encoding="utf-8") as f:
         request = json.load(f)
+    payload = _probe(request) if mode == "--probe" else _measure(request, started)
+    tmp = result_path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(payload, f)
+    os.replace(tmp, result_path)  # atomic: the runner never reads half a result
+    return 0
 
+
+def _measure(request: dict[str, Any], started: float) -> dict[str, Any]:
     from autotune.config import RunSpec, TrainConfig
     from autotune.device import DeviceInfo
     from autotune.errors import AutotuneError
@@ -37,12 +53,43 @@ def main(argv: list[str]) -> int:
     except AutotuneError as exc:  # bad input reaching a trial: record it, don't crash
         result = Measurement.failed(cfg.to_dict(), *outcomes.bad_input_in_trial(exc))
     result.phase_s["process_start"] = ready - started  # interpreter + imports, seen from inside
-    payload = {"measurement": result.to_dict(), "started_at": started, "ready_at": ready}
-    tmp = result_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f)
-    os.replace(tmp, result_path)  # atomic: the runner never reads half a result
-    return 0
+    return {"measurement": result.to_dict(), "started_at": started, "ready_at": ready}
+
+
+def _probe(request: dict[str, Any]) -> dict[str, Any]:
+    """What the tuner needs to know of a model (and of a data file), or why it cannot be had.
+    Whatever the factory does (raise, even SystemExit) becomes one line of text."""
+    from autotune.errors import UsageError
+
+    name = request["model"]
+    try:
+        from autotune.data.datasets import make_dataset
+        from autotune.model.gpt import MODEL_SIZES
+        from autotune.model.introspect import ModelShape, model_shape
+        from autotune.model.load import build_model
+
+        seq_len = request.get("seq_len")
+        if name in MODEL_SIZES:  # ours: its shape is known without building (gpt2-xl is 6 GB)
+            c = MODEL_SIZES[name]
+            shape = ModelShape(c.vocab_size, seq_len or c.block_size, c.n_layer, c.n_head, c.n_embd // c.n_head)
+        else:
+            shape = model_shape(build_model(name), seq_len)
+        if request.get("data", "synthetic") != "synthetic":
+            make_dataset(request["data"], vocab_size=shape.vocab_size, seq_len=shape.context_length, seed=0)
+    except UsageError as exc:
+        return {"error": str(exc)}
+    except BaseException as exc:  # noqa: BLE001 - a user's factory may raise anything
+        text = str(exc).strip().splitlines()
+        return {"error": f"model {name!r}: building it raised {type(exc).__name__}" + (f": {text[0]}" if text else "")}
+    return {
+        "shape": {
+            "vocab_size": shape.vocab_size,
+            "context_length": shape.context_length,
+            "n_layer": shape.n_layer,
+            "n_head": shape.n_head,
+            "head_dim": shape.head_dim,
+        }
+    }
 
 
 if __name__ == "__main__":

@@ -1,28 +1,44 @@
 """Runs one trial in a fresh process, in its own process group, and decides its outcome.
 
-The group is killed whole at the timeout (DataLoader workers included, so nothing is left
-behind), after the trial ends whatever happened, and on Ctrl-C. On CPU the runner also
-watches the group's resident memory: far past the limit it stops the trial before the
-machine starts swapping, and records it `over_memory_limit`."""
+Nothing a trial starts outlives it. At the timeout, after the trial ends whatever happened,
+and on Ctrl-C (or SIGTERM / SIGHUP), the runner kills
+
+  - the trial's process group (DataLoader workers and anything else that stays in it);
+  - every descendant it has seen while polling (a PID scan by parent pid, every POLL_S), kept
+    as (pid, start time) so a reused pid is never hit: this catches a child that moved to a
+    session or group of its own (setsid), which a group kill misses;
+  - every process whose environment carries this trial's token (TRIAL_TOKEN_ENV): a process
+    inherits its parent's environment whatever session it moves to, so this catches what was
+    started and orphaned between two polls (a double fork).
+
+A cgroup would contain the tree by construction, but creating one needs a delegated cgroup v2
+hierarchy that most machines do not give an unprivileged user; the PID scan works everywhere
+Linux does. On CPU the runner also watches the tree's memory (`ProcessTreeMemory`): far past
+the limit it stops the trial before the machine starts swapping, and records it
+`over_memory_limit`."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
-from autotune.config import RunSpec, TrainConfig
-from autotune.device import DeviceInfo, group_rss_bytes
+from autotune.config import RunSpec, TrainConfig, check_runnable_here
+from autotune.device import DeviceInfo, ProcessTreeMemory, descendants
+from autotune.device.memory import read_stat
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
-from autotune.trial._proc import kill_group, stderr_tail
+from autotune.trial._proc import kill_group, kill_processes, processes_with_env, stderr_tail, stops_deferred
 
 POLL_S = 0.05
+TRIAL_TOKEN_ENV = "AUTOTUNE_TRIAL_TOKEN"
 
 
 @dataclass
@@ -52,72 +68,120 @@ def run_trial(
     on_start=None,
 ) -> TrialResult:
     """Measure `cfg` in a child process. Never raises for what the trial does; a
-    KeyboardInterrupt kills the child's group and propagates."""
+    KeyboardInterrupt (Ctrl-C, or `Stopped` for SIGTERM/SIGHUP) kills the child's processes and
+    propagates. A configuration this machine should not start (more DataLoader workers than
+    it has CPUs for) is a UsageError, raised before any process starts."""
+    check_runnable_here(cfg)
+    request = {"spec": spec.to_dict(), "config": cfg.to_dict(), "device": device.to_dict() if device else None}
+    limit = spec.memory_limit_bytes if spec.device_kind == "cpu" else None
+    child = run_child(["--measure"], request, timeout_s=timeout_s, env=env, on_start=on_start, rss_limit=limit)
+    if child.verdict is not None:
+        return TrialResult(child.verdict[0], child.verdict[1], wall_s=child.wall_s)
+    if child.payload is not None:
+        m = Measurement.from_dict(child.payload["measurement"])
+        phases = dict(m.phase_s)
+        phases["spawn_to_ready"] = child.payload["ready_at"] - child.spawned
+        phases["teardown"] = max(0.0, child.wall_s - phases["spawn_to_ready"] - phases.get("total", 0.0))
+        return TrialResult(m.outcome, m.reason, m, wall_s=child.wall_s, phase_s=phases)
+    outcome, reason = outcomes.classify_exit(child.returncode, child.stderr_tail)
+    return TrialResult(outcome, reason, wall_s=child.wall_s)
+
+
+@dataclass
+class ChildRun:
+    """How one child (`python -m autotune.trial MODE ...`) ended."""
+
+    returncode: int
+    payload: dict[str, Any] | None  # its result file, when it wrote one
+    verdict: tuple[str, str] | None  # (outcome, reason) when the runner had to stop it
+    stderr_tail: str
+    spawned: float
+    wall_s: float
+    reaped: list[int] = field(default_factory=list)  # descendants killed after it ended
+
+
+def run_child(
+    mode: list[str],
+    request: dict[str, Any],
+    *,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    rss_limit: int | None = None,
+) -> ChildRun:
+    """Run `python -m autotune.trial MODE REQUEST RESULT PARENT_PID` in its own session, with a
+    timeout, and reap everything it started (see the module's docstring)."""
+    token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
-        request, result, stderr_path = Path(tmp, "request.json"), Path(tmp, "result.json"), Path(tmp, "stderr")
-        request.write_text(
-            json.dumps(
-                {"spec": spec.to_dict(), "config": cfg.to_dict(), "device": device.to_dict() if device else None}
-            )
-        )
+        request_path, result, stderr_path = Path(tmp, "request.json"), Path(tmp, "result.json"), Path(tmp, "stderr")
+        request_path.write_text(json.dumps(request))
         spawned = time.time()
+        seen: dict[int, int] = {}  # descendants seen while it ran: pid -> start time
         with open(stderr_path, "wb") as stderr:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "autotune.trial", str(request), str(result), str(os.getpid())],
+                [sys.executable, "-m", "autotune.trial", *mode, str(request_path), str(result), str(os.getpid())],
                 stdin=subprocess.DEVNULL,
                 stdout=stderr,
                 stderr=stderr,
                 start_new_session=True,  # its own process group, killed whole
-                env=_child_env(env),
+                env=_child_env(env, token),
                 cwd=os.getcwd(),
             )
             try:
                 if on_start is not None:  # inside the try: a Ctrl-C here must still kill the group
                     on_start(proc.pid)
-                verdict = _wait(proc, timeout_s, spec)
+                verdict = _wait(proc, timeout_s, rss_limit, seen)
             finally:
-                kill_group(proc.pid)  # workers and anything else the trial started
-                proc.wait()
+                # Not cut short by a second signal: a half-done clean-up leaves processes behind.
+                with stops_deferred():
+                    reaped = _reap(proc, seen, token)
         wall = time.time() - spawned
-        return _collect(proc.returncode, verdict, result, stderr_path, spawned, wall)
+        payload = json.loads(result.read_text()) if verdict is None and result.exists() else None
+        return ChildRun(proc.returncode, payload, verdict, stderr_tail(stderr_path), spawned, wall, reaped)
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float, spec: RunSpec) -> tuple[str, str] | None:
-    """Wait for the process; return (outcome, reason) if the runner had to stop it."""
+def _wait(
+    proc: subprocess.Popen, timeout_s: float, rss_limit: int | None, seen: dict[int, int]
+) -> tuple[str, str] | None:
+    """Wait for the process, noting its descendants; return (outcome, reason) if the runner had
+    to stop it."""
     deadline = time.monotonic() + timeout_s
-    limit = spec.memory_limit_bytes if spec.device_kind == "cpu" else None
-    peak = 0
+    # A slower PSS refresh than the trial's own sampler: this is a safety stop, not the figure.
+    memory = ProcessTreeMemory(proc.pid, pss_refresh_s=2.0) if rss_limit else None
     while proc.poll() is None:
+        _note_descendants(proc.pid, seen)
         if time.monotonic() > deadline:
             return outcomes.timed_out(timeout_s)
-        if limit:
-            peak = max(peak, group_rss_bytes(proc.pid))
-            verdict = outcomes.stopped_over_memory(peak, limit)
+        if memory is not None:
+            verdict = outcomes.stopped_over_memory(memory.sample(), rss_limit)
             if verdict is not None:
                 return verdict
         time.sleep(POLL_S)
     return None
 
 
-def _collect(
-    returncode: int, verdict: tuple[str, str] | None, result: Path, stderr_path: Path, spawned: float, wall: float
-) -> TrialResult:
-    if verdict is not None:
-        return TrialResult(verdict[0], verdict[1], wall_s=wall)
-    if result.exists():
-        payload = json.loads(result.read_text())
-        m = Measurement.from_dict(payload["measurement"])
-        phases = dict(m.phase_s)
-        phases["spawn_to_ready"] = payload["ready_at"] - spawned
-        phases["teardown"] = max(0.0, wall - (payload["ready_at"] - spawned) - phases.get("total", 0.0))
-        return TrialResult(m.outcome, m.reason, m, wall_s=wall, phase_s=phases)
-    outcome, reason = outcomes.classify_exit(returncode, stderr_tail(stderr_path))
-    return TrialResult(outcome, reason, wall_s=wall)
+def _note_descendants(pid: int, seen: dict[int, int]) -> None:
+    for child in descendants(pid):
+        if child not in seen:
+            stat = read_stat(child)
+            if stat is not None:
+                seen[child] = stat.start_time
 
 
-def _child_env(extra: dict[str, str] | None) -> dict[str, str]:
+def _reap(proc: subprocess.Popen, seen: dict[int, int], token: str) -> list[int]:
+    """Kill the child and everything it started, then wait for the child."""
+    _note_descendants(proc.pid, seen)  # whatever started since the last poll, while it is alive
+    kill_group(proc.pid)  # workers and anything else that stayed in the trial's group
+    proc.wait()
+    reaped = kill_processes(seen.items())
+    reaped += kill_processes(processes_with_env(TRIAL_TOKEN_ENV, token))
+    return sorted(set(reaped))
+
+
+def _child_env(extra: dict[str, str] | None, token: str) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # NVML's order: indices then agree
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(extra or {})
+    env[TRIAL_TOKEN_ENV] = token  # marks every process the trial starts, see _reap
     return env

@@ -1,0 +1,127 @@
+"""The host's disks: whether a file can be written where a run will write it, checked before
+the run starts, and writing a file so that a kill or a full disk never leaves half of it.
+
+A study that runs for an hour and then cannot write its recipe (a read-only folder, a full
+disk, a path that names a folder) has wasted the hour: `check_writable` finds that first, and
+writes nothing (its probe file is created and removed at once)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from autotune.errors import AutotuneError, UsageError
+from autotune.units import format_bytes
+
+# A study's database grows by kilobytes a trial, a recipe is a few kilobytes: a disk with less
+# free than this is full for practical purposes (and SQLite needs room for its journal).
+MIN_FREE_BYTES = 16 << 20
+
+
+def check_writable(path: str | Path, *, what: str, create_folders: bool = False, shown_as: str | None = None) -> None:
+    """Refuse (UsageError, one line) a file that could not be written at `path`: it names a
+    folder or a device, its folder is missing (unless `create_folders`: then the nearest
+    existing one must take new folders), read-only or full. Nothing is left behind. Messages
+    name it as "`what` `shown_as`" (default: the path)."""
+    path = Path(path)
+    shown = f"{what} {shown_as or path}"
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise UsageError(f"{shown}: cannot reach it ({_why(exc)})") from None
+    if info is not None:
+        if stat.S_ISDIR(info.st_mode):
+            raise UsageError(f"{shown}: is a folder; give a file name")
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"{shown}: is not a regular file")
+    folder = path.parent
+    if not folder.is_dir():
+        if not create_folders:
+            raise UsageError(f"{shown}: the folder {folder} does not exist; create it first")
+        folder = _nearest_existing(folder)
+        if not folder.is_dir():
+            raise UsageError(f"{shown}: {folder} is not a folder")
+    _probe(folder, shown)
+    if info is not None:
+        try:  # opening for append changes nothing, and fails where writing would
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        except OSError as exc:
+            raise UsageError(f"{shown}: cannot write it ({_why(exc)})") from None
+    free = free_bytes(folder)
+    if free is not None and free < MIN_FREE_BYTES:
+        raise UsageError(
+            f"{shown}: the disk of {folder} has {format_bytes(free)} free; autotune needs at least "
+            f"{format_bytes(MIN_FREE_BYTES)} there"
+        )
+
+
+def free_bytes(folder: str | Path) -> int | None:
+    """Bytes an unprivileged user may still write on the file system of `folder`."""
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def write_text_atomic(path: str | Path, text: str, *, what: str) -> Path:
+    """Write `text` to `path` through a temporary file in the same folder and a rename: a
+    reader sees the old file or the new one, never half of one. On any failure (a full disk,
+    a read-only folder, a signal) the temporary file is removed and the old file is kept;
+    the error is one line (AutotuneError, exit 1). Creates missing folders."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AutotuneError(f"{what} {path}: cannot create its folder ({_why(exc)})") from None
+    # A name of its own per process: workers of one study may write the same file at once.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise AutotuneError(f"{what} {path}: cannot write it ({_why(exc)})") from None
+        raise
+    return path
+
+
+def _nearest_existing(folder: Path) -> Path:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def _probe(folder: Path, shown: str) -> None:
+    probe = folder / f".autotune-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            os.write(fd, b"autotune")
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise UsageError(f"{shown}: cannot write in {folder} ({_why(exc)})") from None
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.ENOSPC:
+        return "the disk is full"
+    return exc.strerror or type(exc).__name__

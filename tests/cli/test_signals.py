@@ -1,0 +1,91 @@
+"""SIGTERM and SIGHUP stop a search as Ctrl-C does (issue 14, item 7): SIGTERM is what
+`timeout`, systemd, Slurm and Kubernetes send, SIGHUP what a closed terminal sends. The
+running trial is recorded `interrupted`, the best-so-far recipe is written, the trial's
+temporary folder is removed, and the exit status is 128 + the signal (143, 129; Ctrl-C 130).
+A stop anywhere else, `verify` included, is one line and 130, never click's "Aborted!" and 1
+(item 8)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from click.testing import CliRunner
+from optuna.trial import TrialState
+
+from autotune.cli import main
+from autotune.config import TrainConfig
+from autotune.measure import outcomes
+from autotune.recipe.recipe import Recipe
+from autotune.search.run import run_search
+from autotune.search.storage import open_storage
+from tests.attack_helpers import FAST, fake_trials, repo_env, settings
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def trial_running(url: str, study: str):
+    trials = optuna.load_study(study_name=study, storage=open_storage(url, create=False)).get_trials()
+    return next((t for t in trials if t.state == TrialState.RUNNING and "trial_pid" in t.user_attrs), None)
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_stop_a_search_like_ctrl_c(tmp_path, monkeypatch, sig, code):
+    # A study whose reference trials are done (faked, in this process): the tuner below resumes
+    # it and runs real trials, so the best so far exists when the signal comes.
+    monkeypatch.chdir(tmp_path)
+    url = f"journal:{tmp_path / 's.journal'}"
+    with monkeypatch.context() as m:
+        fake_trials(m)
+        run_search(settings(storage=url, study="s", n_trials=2))
+    (tmp_path / "recipes" / "s.json").unlink()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    tuner = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "search", *FAST, "--storage", url, "--study", "s", "--n-trials", "5"],
+        cwd=tmp_path,
+        env=repo_env(TMPDIR=str(scratch)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    running = None
+    while running is None and tuner.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.3)
+        running = trial_running(url, "s")
+    assert running is not None, tuner.communicate()[1][-3000:]
+    assert list(scratch.glob("autotune-trial-*")), "the running trial has its temporary folder"
+    time.sleep(0.5)
+    tuner.send_signal(sig)
+    out, err = tuner.communicate(timeout=60)
+    assert tuner.returncode == code, err[-3000:]
+    name = signal.Signals(sig).name
+    assert err.strip().splitlines()[-1].startswith(f"Error: stopped by {name}: the running trial was stopped"), err
+    trial = optuna.load_study(study_name="s", storage=open_storage(url, create=False)).trials[running.number]
+    assert trial.state == TrialState.FAIL and trial.user_attrs["outcome"] == outcomes.INTERRUPTED
+    assert name in trial.user_attrs["reason"]
+    recipe = json.loads((tmp_path / "recipes" / "s.json").read_text())
+    assert recipe["study"]["name"] == "s"
+    assert not list(scratch.glob("autotune-trial-*")), "the trial's temporary folder was left behind"
+
+
+def test_ctrl_c_in_verify_is_one_line_and_130(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = Recipe(
+        config=TrainConfig(), model={"name": "gpt2-tiny", "seq_len": 128}, measured={"tokens_per_sec": 1000.0}
+    ).save(tmp_path / "r.json")
+
+    def pressed_ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("autotune.recipe.verify.run_trial", pressed_ctrl_c)
+    result = CliRunner().invoke(main, ["verify", str(path), "--device", "cpu"])
+    assert result.exit_code == 130, (result.exit_code, result.output)
+    assert result.stderr == "Error: interrupted (Ctrl-C)\n" and result.stdout == ""

@@ -1,0 +1,140 @@
+"""A recipe is data, never code, and never a way to exhaust the machine (issue 14, items 5 and
+14): a `package.module:factory` model is not imported without the user's say; knob values are
+bounded (10,000 workers are refused before any process starts); anchor bombs, oversized and
+non-UTF-8 files, and fields of the wrong type are one line, exit 2, with nothing run or written."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from autotune.config import TrainConfig
+from autotune.errors import UsageError
+from autotune.recipe.recipe import Recipe
+from tests.attack_helpers import files_under, refused
+
+
+def recipe_dict(**changes) -> dict:
+    recipe = Recipe(
+        config=TrainConfig(),
+        model={"name": "gpt2-tiny", "seq_len": 128, "n_layer": 2, "vocab_size": 320},
+        measured={"tokens_per_sec": 1000.0, "peak_memory_bytes": 300 << 20, "memory_limit_bytes": None},
+        study={"name": "s", "storage": "sqlite:///x.db", "trial": 1},
+        created="2026-11-29T00:00:00+00:00",
+    ).to_dict()
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        if field:
+            recipe[section][field] = value
+        else:
+            recipe[section] = value
+    return recipe
+
+
+def write(tmp_path, raw, name="r.json"):
+    path = tmp_path / name
+    path.write_text(raw if isinstance(raw, str) else json.dumps(raw))
+    return path
+
+
+@pytest.fixture
+def no_run(monkeypatch):
+    def run_trial(*args, **kwargs):
+        raise AssertionError("nothing may run for a refused recipe")
+
+    monkeypatch.setattr("autotune.recipe.verify.run_trial", run_trial)
+
+
+def test_a_recipe_model_is_not_imported_without_the_users_say(tmp_path, monkeypatch, no_run):
+    """The attacker's reproduction: `evilmod.py` in the current folder, named by the recipe."""
+    marker = tmp_path / "pwned"
+    (tmp_path / "evilmod.py").write_text(
+        f"open({str(marker)!r}, 'w').write('imported')\ndef factory():\n    open({str(marker)!r}, 'w').write('ran')\n"
+    )
+    path = write(tmp_path, recipe_dict(model__name="evilmod:factory"))
+    for command in (["verify"], ["profile"]):
+        message = refused(tmp_path, monkeypatch, *command, str(path), "--device", "cpu")
+        assert "would import and run code from 'evilmod'" in message and "--allow-model-import" in message
+        assert not marker.exists()
+
+
+def test_the_model_to_run_is_the_users_choice():
+    recipe = Recipe.from_dict(recipe_dict(model__name="evilmod:factory"))
+    with pytest.raises(UsageError, match="--model evilmod:factory"):
+        recipe.model_to_run()
+    assert recipe.model_to_run(allow_import=True) == "evilmod:factory"
+    assert recipe.model_to_run("gpt2-tiny") == "gpt2-tiny"
+    assert Recipe.from_dict(recipe_dict()).model_to_run() == "gpt2-tiny"  # ours: nothing to allow
+
+
+def test_ten_thousand_workers_are_refused_before_any_process(tmp_path, monkeypatch, no_run):
+    path = write(tmp_path, recipe_dict(config__num_workers=10000))
+    assert "num_workers must be an integer <= 1024" in refused(tmp_path, monkeypatch, "verify", str(path))
+    many = write(tmp_path, recipe_dict(config__num_workers=100), "many.json")
+    message = refused(tmp_path, monkeypatch, "verify", str(many), "--device", "cpu")
+    assert "num_workers 100 is more than" in message and "AUTOTUNE_MAX_NUM_WORKERS" in message
+
+
+def test_an_anchor_bomb_recipe_is_refused_at_once(tmp_path, monkeypatch):
+    lines = ["format: autotune.recipe", "version: 1", "config: {}", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 30)]
+    path = write(tmp_path, "\n".join(lines) + "\n", "bomb.yaml")
+    started = time.monotonic()
+    message = refused(tmp_path, monkeypatch, "export", str(path), "--format", "hf")
+    assert "anchors and aliases" in message and time.monotonic() - started < 5
+
+
+BAD = {
+    "checkpoint_layers_int": (
+        recipe_dict(config__checkpoint_layers=5),
+        "config: checkpoint_layers must be a list of block indices, got 5",
+    ),
+    "memory_limit_text": (
+        recipe_dict(measured__memory_limit_bytes="abc"),
+        "measured.memory_limit_bytes: expected a whole number >= 0 or null, got 'abc'",
+    ),
+    "memory_limit_one_byte": (
+        recipe_dict(measured__memory_limit_bytes=1),
+        "measured.memory_limit_bytes: 1 is 1 B; a memory limit is at least 1 MiB",
+    ),
+    "tokens_per_sec_text": (recipe_dict(measured__tokens_per_sec="fast"), "measured.tokens_per_sec: expected a number"),
+    "model_name_number": (recipe_dict(model__name=5), "model.name: expected a valid value, got 5"),
+    "data_list": (recipe_dict(data=["a"]), "data must be text"),
+    "bool_workers": (recipe_dict(config__num_workers=True), "num_workers must be an integer >= 0, got True"),
+    "huge_budget": (recipe_dict(config__token_budget=10**15), "token_budget must be an integer <= 1073741824"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+@pytest.mark.parametrize("command", ["verify", "export"])
+def test_wrong_types_are_one_line(tmp_path, monkeypatch, no_run, case, command):
+    raw, message = BAD[case]
+    path = write(tmp_path, raw)
+    said = refused(tmp_path, monkeypatch, command, str(path), *(["--device", "cpu"] if command == "verify" else []))
+    assert said.startswith(f"Error: recipe {path}: ") and message in said, said
+
+
+def test_non_utf8_oversized_and_special_files_are_one_line(tmp_path, monkeypatch):
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(
+        json.dumps(recipe_dict(data="cafe"), ensure_ascii=False).replace("cafe", "caf\u00e9").encode("latin-1")
+    )
+    assert "not UTF-8 text" in refused(tmp_path, monkeypatch, "export", str(latin))
+    big = write(tmp_path, json.dumps(recipe_dict(data="x" * (2 << 20))), "big.json")
+    assert "larger than 1024 KiB" in refused(tmp_path, monkeypatch, "export", str(big))
+    assert "not a regular file" in refused(tmp_path, monkeypatch, "export", "/dev/zero")
+
+
+def test_a_recipe_whose_peak_is_above_its_own_limit_is_not_verified(tmp_path, monkeypatch, no_run):
+    path = write(tmp_path, recipe_dict(measured__memory_limit_bytes=100 << 20))  # peak recorded: 300 MiB
+    message = refused(tmp_path, monkeypatch, "verify", str(path), "--device", "cpu")
+    assert "above its own memory limit" in message
+
+
+def test_export_writes_atomically_and_refuses_a_folder(tmp_path, monkeypatch):
+    path = write(tmp_path, recipe_dict())
+    (tmp_path / "out").mkdir()
+    assert "is a folder" in refused(tmp_path, monkeypatch, "export", str(path), "-o", "out", "--format", "hf")
+    assert files_under(tmp_path) == {"r.json", "out"}

@@ -1,0 +1,153 @@
+"""A resumed study keeps its rules (issue 14, item 4); a failed --warm-start-from leaves nothing
+behind (item 14); a study is never left half made, and one that was is set up at once (item 8).
+Trials are faked (no process): what is tested is what the study accepts and records."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import main
+from autotune.errors import UsageError
+from autotune.search.run import run_search
+from autotune.search.storage import load_study, open_storage
+from tests.attack_helpers import FAST, fake_trials, files_under, settings
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+STUDY = "gpt2-tiny-cpu"
+MiB = 1 << 20
+
+
+def search(*args: str):
+    return CliRunner().invoke(main, ["search", *FAST, *args])
+
+
+@pytest.fixture
+def resumable(tmp_path, monkeypatch):
+    """A study made with a 21 GiB limit, --steps 4, --min-time 0; trials are faked, and the
+    third configuration peaks at 338.5 MiB."""
+    monkeypatch.chdir(tmp_path)
+    fake_trials(monkeypatch, peak=int(338.5 * MiB))
+    result = search("--memory-limit", "21GiB", "--n-trials", "3")
+    assert result.exit_code == 0, result.output
+    return tmp_path
+
+
+def test_resuming_with_another_memory_limit_is_refused(resumable):
+    """The attacker's reproduction: a best at 338.5 MiB under "memory limit 300 MiB"."""
+    before = files_under(resumable)
+    trials = len(load_study(STUDY, None).trials)
+    result = search("--memory-limit", "300MiB", "--n-trials", "2")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"Error: study '{STUDY}' was measured with memory limit 21.00 GiB (22548578304 bytes), this run 300.00 MiB: "
+        "trials measured under other rules cannot be compared. Resume it with its settings, or start a new study "
+        "(--new-study, or --study NAME)\n"
+    )
+    assert len(load_study(STUDY, None).trials) == trials
+    assert files_under(resumable) == before
+
+
+@pytest.mark.parametrize(
+    "args, said", [(["--steps", "20"], "--steps 4, this run 20"), (["--min-time", "2"], "--min-time 0, this run 2")]
+)
+def test_resuming_with_another_timed_window_is_refused(resumable, args, said):
+    result = search(*args, "--memory-limit", "21GiB", "--n-trials", "1")
+    assert result.exit_code == 2 and said in result.stderr, result.output
+
+
+def test_resuming_without_a_limit_keeps_the_studys(resumable):
+    result = search("--n-trials", "1")
+    assert result.exit_code == 0, result.output
+    assert "memory limit 21.00 GiB" in result.stdout
+    recipe = json.loads((resumable / "recipes" / f"{STUDY}.json").read_text())
+    assert recipe["measured"]["memory_limit_bytes"] == 21 * 1024**3
+
+
+def test_new_study_on_request(resumable):
+    """--new-study starts NAME-2 with the new limit; there, no trial fits 300 MiB, so none is
+    the best (where the attacker's resume named a 338.5 MiB best under a 300 MiB limit)."""
+    result = search("--memory-limit", "300MiB", "--n-trials", "2", "--new-study")
+    assert result.exit_code == 1 and "Error: no trial fits the memory limit; no recipe written" in result.stderr
+    new = load_study(f"{STUDY}-2", None)
+    assert new.user_attrs["memory_limit_bytes"] == 300 * MiB and len(new.trials) == 2
+    assert not (resumable / "recipes" / f"{STUDY}-2.json").exists()
+    assert len(load_study(STUDY, None).trials) == 3  # the old study is untouched
+
+
+def test_a_failed_warm_start_leaves_nothing_and_the_corrected_rerun_warm_starts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    fake_trials(monkeypatch)
+    source = tmp_path / "source"
+    source.mkdir()
+    monkeypatch.chdir(source)
+    assert search("--n-trials", "3", "--study", "src").exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    bad = search("--n-trials", "2", "--warm-start-from", str(source / "studies" / "nope.db"))
+    assert bad.exit_code == 2 and "no such database file" in bad.stderr
+    assert (
+        files_under(tmp_path) == files_under(source) | {"source"} - {"studies", "recipes"}
+        or not (tmp_path / "studies").exists()
+    )
+    assert not (tmp_path / "studies").exists() and not (tmp_path / "recipes").exists()
+    good = search("--n-trials", "2", "--warm-start-from", str(source / "studies" / "src.db"))
+    assert good.exit_code == 0, good.output
+    warm = [t for t in load_study(STUDY, None).trials if "warm_start_from" in t.user_attrs]
+    assert warm, "the corrected rerun must warm-start"
+
+
+def test_ctrl_c_during_study_creation_leaves_a_whole_study(tmp_path, monkeypatch):
+    """A Ctrl-C while the study is being set up waits until it is set up, then stops the run:
+    the next run resumes at once instead of finding a half-made study."""
+    import autotune.search.study as study_module
+
+    monkeypatch.chdir(tmp_path)
+    fake_trials(monkeypatch)
+    real = study_module.enqueue_references
+
+    def interrupted_midway(study):
+        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C in the middle of the set-up
+        time.sleep(0.2)
+        real(study)
+
+    monkeypatch.setattr(study_module, "enqueue_references", interrupted_midway)
+    result = search("--n-trials", "2")
+    assert result.exit_code == 130, (result.exit_code, result.output)
+    assert result.stderr == "Error: interrupted (Ctrl-C)\n"
+    study = load_study(STUDY, None)
+    assert study.user_attrs.get("identity") and len(study.trials) == 2  # set up whole: the two references
+    monkeypatch.setattr(study_module, "enqueue_references", real)
+    started = time.monotonic()
+    assert search("--n-trials", "1").exit_code == 0
+    assert time.monotonic() - started < study_module.JOIN_WAIT_S
+
+
+def test_a_half_made_study_of_a_dead_creator_is_set_up_at_once(tmp_path, monkeypatch):
+    """A study created by a process that was then killed (kill -9) before setting it up: the
+    next run sees its creator is gone and sets it up, without waiting JOIN_WAIT_S."""
+    import subprocess
+
+    import autotune.search.study as study_module
+
+    monkeypatch.chdir(tmp_path)
+    fake_trials(monkeypatch)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    url = f"sqlite:///{tmp_path / 'half.db'}"
+    half = optuna.create_study(study_name="half", storage=open_storage(url), direction="maximize")
+    half.set_user_attr("creator", {"host": __import__("socket").gethostname(), "pid": dead.pid})
+    started = time.monotonic()
+    result = run_search(settings(storage=url, study="half", n_trials=2))
+    assert time.monotonic() - started < 10 < study_module.JOIN_WAIT_S
+    assert result.study.user_attrs["identity"] and result.new_study
+
+
+def test_a_study_name_from_settings_is_checked():
+    with pytest.raises(UsageError, match="a study name is"):
+        run_search(settings(study="../x"))
