@@ -21,6 +21,7 @@ labels it is given would learn x[t + 2] from aligned labels, and is refused with
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any, Callable
 
 import torch
@@ -187,6 +188,9 @@ def _probe_losses(model: nn.Module) -> tuple[float | None, float | None]:
     everywhere = torch.roll(x, -1, dims=1)
     call = _aligned_call(model)
     was_training = model.training
+    library_log = logging.getLogger("transformers")  # a wrapped HF model's first-loss notice is not ours to print
+    saved_level = library_log.level
+    library_log.setLevel(logging.ERROR)
     try:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
             model.eval()
@@ -202,6 +206,7 @@ def _probe_losses(model: nn.Module) -> tuple[float | None, float | None]:
                 ) from exc
     finally:
         model.train(was_training)
+        library_log.setLevel(saved_level)
     return float(first), (float(all_) if all_ is not None else None)
 
 

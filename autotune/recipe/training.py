@@ -218,8 +218,8 @@ def check_lengths(
         index = int(indices[long[0]]) if indices is not None else int(long[0])
         raise UsageError(
             f"dataset item {index} has {int(lengths[long[0]])} tokens, more than {source} {seq_len}"
-            + (" + 1" if convention == ALIGNED else "")
-            + f" = {most}; cut documents into pieces of at most {most} tokens"
+            + (f" + 1 = {most}" if convention == ALIGNED else "")
+            + f"; cut documents into pieces of at most {most} tokens"
         )
 
 
