@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import importlib.util
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -610,10 +609,12 @@ def render_markdown(
 
 def require_matplotlib() -> None:
     """matplotlib is a dependency of autotune; an environment that lost it gets one clear line."""
-    if importlib.util.find_spec("matplotlib") is None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
         raise UsageError(
             "autotune report draws its figures with matplotlib, which is not installed: pip install matplotlib"
-        )
+        ) from None
 
 
 def write_report(study: optuna.Study, out_dir: str | Path, storage: str | None = None) -> Report:
