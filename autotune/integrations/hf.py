@@ -22,10 +22,12 @@ On a machine without the recipe's GPU, the checks only a GPU can pass (bf16 with
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from autotune.errors import AutotuneError, UsageError
 from autotune.integrations.common import installed_version, quietly, sequences_per_step
@@ -140,12 +142,33 @@ def check_training_arguments(args: dict[str, Any]) -> str:
         if probe.pop("tf32", None):
             skipped = "; tf32 not checked (no CUDA here)"
         skipped = skipped or "; GPU-only checks skipped (no CUDA here)"
-    with tempfile.TemporaryDirectory() as out, quietly("transformers", "accelerate"):
+    with tempfile.TemporaryDirectory() as out, quietly("transformers", "accelerate"), _no_side_effects():
         try:
             TrainingArguments(output_dir=out, **probe)
         except (ValueError, TypeError, ImportError) as exc:
             raise AutotuneError(f"transformers {version} refuses these TrainingArguments: {exc}") from None
     return f"checked: transformers {version} accepts these TrainingArguments{skipped}"
+
+
+@contextlib.contextmanager
+def _no_side_effects() -> Iterator[None]:
+    """Constructing TrainingArguments is not pure: it writes ACCELERATE_* environment variables
+    (with torch_compile, ACCELERATE_DYNAMO_BACKEND makes every later Trainer in the process
+    compile its model) and sets up accelerate's process-wide device state. A check leaves the
+    process as it found it, so the user's own TrainingArguments decide."""
+    environ = dict(os.environ)
+    try:
+        from accelerate.state import PartialState
+    except ImportError:  # transformers then refuses to build TrainingArguments itself
+        PartialState = None
+    was_set_up = PartialState is not None and bool(PartialState._shared_state)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        if PartialState is not None and not was_set_up:
+            PartialState._reset_state()
 
 
 def notes(recipe: Recipe, args: dict[str, Any]) -> list[str]:

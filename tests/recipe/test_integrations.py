@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import tempfile
 
 import pytest
@@ -23,6 +24,7 @@ from autotune.integrations import hf, lightning  # noqa: E402
 from autotune.recipe import Recipe  # noqa: E402
 from autotune.recipe.export import FORMATS, render  # noqa: E402
 
+FIVE = int(transformers.__version__.split(".")[0]) >= 5
 TUNED = dict(
     num_workers=4,
     prefetch_factor=2,
@@ -66,9 +68,19 @@ def test_a_tuned_recipe_in_the_installed_transformers_names():
         "dataloader_prefetch_factor": 2,
         "torch_compile": True,
         "torch_compile_mode": "max-autotune",
-        "activation_checkpointing": True,  # 5.x; gradient_checkpointing is its deprecated alias
-        "activation_checkpointing_kwargs": {"use_reentrant": False},
-        "train_sampling_strategy": "group_by_length",  # 5.x dropped group_by_length
+        **(
+            {
+                "activation_checkpointing": True,  # 5.x; gradient_checkpointing is its deprecated alias
+                "activation_checkpointing_kwargs": {"use_reentrant": False},
+                "train_sampling_strategy": "group_by_length",  # 5.x dropped group_by_length
+            }
+            if FIVE
+            else {
+                "gradient_checkpointing": True,
+                "gradient_checkpointing_kwargs": {"use_reentrant": False},
+                "group_by_length": True,
+            }
+        ),
     }
 
 
@@ -90,8 +102,8 @@ def test_training_arguments_accept_the_export(kind, knobs):
 
 def test_model_applied_leaves_checkpointing_and_compile_to_the_model():
     args = hf.training_arguments(make_recipe(**TUNED), model_applied=True)
-    assert not {"torch_compile", "torch_compile_mode", "activation_checkpointing"} & set(args)
-    assert args["bf16"] and args["train_sampling_strategy"] == "group_by_length"
+    assert not {"torch_compile", "torch_compile_mode", "activation_checkpointing", "gradient_checkpointing"} & set(args)
+    assert args["bf16"] and (args["train_sampling_strategy"] == "group_by_length" if FIVE else args["group_by_length"])
 
 
 def test_a_gpu_recipe_is_checked_here_without_the_gpu():
@@ -104,6 +116,19 @@ def test_a_gpu_recipe_is_checked_here_without_the_gpu():
         tf32 = hf.training_arguments(make_recipe(amp_dtype="tf32"), check=False)
         assert tf32["tf32"] is True
         assert hf.check_training_arguments(tf32).endswith("; tf32 not checked (no CUDA here)")
+
+
+def test_checking_leaves_the_process_as_it_found_it():
+    """TrainingArguments(torch_compile=True) writes ACCELERATE_DYNAMO_BACKEND (4.57), after which
+    accelerate compiles every Trainer's model in the process, and sets up accelerate's device
+    state: the check must leave neither behind for the user's own TrainingArguments."""
+    from accelerate.state import PartialState
+
+    PartialState._reset_state()
+    environ = dict(os.environ)
+    hf.training_arguments(make_recipe("cpu", compile_mode="default", amp_dtype="bfloat16", checkpoint_layers=(0,)))
+    assert dict(os.environ) == environ
+    assert not PartialState._shared_state
 
 
 def test_what_transformers_refuses_is_an_error_before_printing():
@@ -173,7 +198,7 @@ def test_export_hf_json_loads_into_training_arguments(tmp_path):
     result = CliRunner().invoke(main, ["export", str(path), "--format", "hf-json"])
     assert result.exit_code == 0, result.output
     args = training_arguments(**json.loads(result.stdout))
-    assert args.bf16 and args.use_cpu and args.activation_checkpointing
+    assert args.bf16 and args.use_cpu and (args.activation_checkpointing if FIVE else args.gradient_checkpointing)
 
 
 def test_export_lightning_json(tmp_path):
