@@ -5,6 +5,7 @@ Llama; a Trainer run and a Lightning run of three steps, with the real libraries
 from __future__ import annotations
 
 import math
+import os
 import re
 import warnings
 from pathlib import Path
@@ -43,8 +44,10 @@ def run(code: str, **names) -> dict:
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch) -> Path:
-    """A directory holding recipes/gpt2-nvidia-h200.json, the file the snippets load."""
+    """A directory holding recipes/gpt2-nvidia-h200.json, the file the snippets load. The
+    environment comes back as it was: TrainingArguments writes ACCELERATE_* variables."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(os, "environ", os.environ.copy())  # what Trainer writes stays in the copy
     Recipe(
         config=CONFIG,
         model={"name": "gpt2-tiny", "seq_len": 128, "n_layer": 2},

@@ -266,3 +266,16 @@ def test_checkpointed_compiled_hf_blocks_compile_once(make, overrides, sdpa, fre
     # Checkpointed and plain blocks, train and eval: four graphs however deep the model.
     assert after_warmup <= 4
     assert counters["stats"]["unique_graphs"] - start == after_warmup
+
+
+@pytest.mark.compile
+def test_a_whole_model_compile_over_eager_checkpointed_blocks(fresh_dynamo):
+    """Trainer's torch_compile (or a user's torch.compile) over a model whose blocks the recipe
+    checkpointed in eager: the checkpoint's SDPA-keeping context is an eager-only measure and
+    dynamo's tracer refused it (NotImplementedError: checkpoint not implemented for context_fn)."""
+    model = hf_gpt2(n_layer=2)
+    cfg = TrainConfig(checkpoint_layers=(0,))
+    compiled = torch.compile(Recipe(config=cfg).apply_to_model(model))
+    x, _ = batch(32, pad_from=None)
+    compiled(input_ids=x, labels=x).loss.backward()
+    assert all(p.grad is not None for p in model.transformer.h[0].parameters())

@@ -48,6 +48,19 @@ def make_recipe(kind: str = "cuda", **knobs) -> Recipe:
     )
 
 
+@pytest.fixture(autouse=True)
+def same_process_after():
+    """TrainingArguments writes ACCELERATE_* variables and accelerate's device state: a test that
+    builds one (as a user would) must not make later tests' Trainers compile or pick a device."""
+    from accelerate.state import PartialState
+
+    environ = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(environ)
+    PartialState._reset_state()
+
+
 def training_arguments(**kwargs):
     with tempfile.TemporaryDirectory() as out:
         return transformers.TrainingArguments(output_dir=out, **kwargs)
