@@ -20,6 +20,7 @@ labels it is given would learn x[t + 2] from aligned labels, and is refused with
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from typing import Any, Callable
@@ -149,7 +150,8 @@ def label_convention_of(model: nn.Module) -> str:
     cross-entropy), while a model that shifts drops it (the label at 0 would be the target of
     position -1) and has nothing to score: NaN, or 0. A second call with targets everywhere
     tells that apart from a model that returns NaN anyway. The probe is 1 x 8 tokens, without
-    gradients, in eval mode (no dropout), the RNG state restored: it changes nothing."""
+    gradients, in eval mode (no dropout), eager where blocks are compiled, the RNG state
+    restored: it changes nothing."""
     if is_hf_model(model):
         return UNSHIFTED
 
@@ -192,7 +194,11 @@ def _probe_losses(model: nn.Module) -> tuple[float | None, float | None]:
     saved_level = library_log.level
     library_log.setLevel(logging.ERROR)
     try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+        with (
+            torch.random.fork_rng(devices=[device] if device.type == "cuda" else []),
+            torch.no_grad(),
+            _eager(),
+        ):
             model.eval()
             try:
                 first = returned_loss(call(x, at_first))
@@ -208,6 +214,13 @@ def _probe_losses(model: nn.Module) -> tuple[float | None, float | None]:
         model.train(was_training)
         library_log.setLevel(saved_level)
     return float(first), (float(all_) if all_ is not None else None)
+
+
+def _eager() -> contextlib.AbstractContextManager:
+    """Compiled blocks run eagerly for the probe: a (1, 8) no-grad call would otherwise compile
+    graphs of its own (torch.compiler.set_stance, torch 2.6 and newer)."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
 
 
 def _scored(loss: float) -> bool:

@@ -279,3 +279,15 @@ def test_a_whole_model_compile_over_eager_checkpointed_blocks(fresh_dynamo):
     x, _ = batch(32, pad_from=None)
     compiled(input_ids=x, labels=x).loss.backward()
     assert all(p.grad is not None for p in model.transformer.h[0].parameters())
+
+
+def test_the_label_probe_compiles_nothing(fresh_dynamo):
+    """recipe.dataloader(for_model=model) after apply_to_model asks an unknown model which labels
+    it takes: that (1, 8) no-grad call runs eagerly through compiled blocks, adding no graph."""
+    from torch._dynamo.utils import counters
+
+    model = build_model("tests.fixture_models:make_llama")
+    Recipe(config=TrainConfig(compile_mode="default")).apply_to_model(model)
+    start = counters["stats"]["unique_graphs"]
+    assert label_convention_of(model) == ALIGNED
+    assert counters["stats"]["unique_graphs"] == start
