@@ -14,8 +14,9 @@ from autotune.cli._options import CONTEXT_SETTINGS, DURATION, emit_json, json_op
 class _ProgressReporter:
     """What `search` shows while it runs (state and text: `present.progress`). On a terminal,
     a status line redrawn every second from the start (trial i of N, elapsed, estimate, best
-    so far) under one line per finished trial; without one (logs, CI), an opening line and one
-    line per finished trial, each with the same figures. Nothing when quiet (--json)."""
+    so far) under one line per finished trial; without one (logs, CI), an opening line when the
+    first trial starts and one line per finished trial, each with the same figures. Nothing
+    when quiet (--json)."""
 
     TICK_S = 1.0
 
@@ -28,15 +29,20 @@ class _ProgressReporter:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._shown = False
+        self._opening: str | None = None
         if quiet:
             return
-        if self.tty:
+        self._opening = self.progress.opening_line(what)
+        if self.tty:  # drawn now, cleared by close(): a refused search leaves its one error line
             self._draw()
             threading.Thread(target=self._tick, name="autotune-progress", daemon=True).start()
-        else:
-            self._print(self.progress.opening_line(what))
 
     def trial_started(self, number: int, cfg) -> None:
+        if self._opening is not None and not self.tty:
+            # In a log the opening line waits for the first trial: everything was validated by
+            # then (a refused search prints its one error line and nothing else).
+            self._print(self._opening)
+        self._opening = None
         with self._lock:
             self.progress.trial_started(number, cfg.to_dict())
         self._draw()

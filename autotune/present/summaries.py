@@ -141,7 +141,7 @@ def search_summary(result) -> str:
         show += " --storage URL"
     lines.append(f"storage: {redact(result.storage_url)}  (the same command resumes it; {show})")
     if result.recipe_path:
-        lines.append(f"recipe:  {result.recipe_path}")
+        lines.append(f"recipe: {result.recipe_path}")
     return "\n".join(lines)
 
 

@@ -84,15 +84,17 @@ def test_an_unstable_best_is_flagged():
     assert "best 5,000 (unstable) tok/s (#0)" in line and "UNSTABLE (step time CV 31.8%)" in line
 
 
-def test_without_a_terminal_one_line_at_once_then_one_per_trial(monkeypatch):
+def test_without_a_terminal_an_opening_line_then_one_per_trial(monkeypatch):
     from autotune.cli.search import _ProgressReporter
 
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
     reporter = _ProgressReporter(2, quiet=False, timeout_s=600, what="gpt2-tiny on cpu")
-    assert err.getvalue() == "search gpt2-tiny on cpu: 2 trials, at most 10:00\n"  # before any trial
+    assert err.getvalue() == ""  # until the search is validated: a refused one prints its error alone
     for number, tps in ((0, 100.0), (1, 300.0)):
         reporter.trial_started(number, TrainConfig())
+        if number == 0:
+            assert err.getvalue() == "search gpt2-tiny on cpu: 2 trials, at most 10:00\n"  # as the first starts
         t = trial(number, tps)
         reporter.trial_finished(t, SimpleNamespace(best=t))
     reporter.close()

@@ -84,7 +84,7 @@ def test_the_summary_names_the_storage_and_the_recipe(in_tmp):
     text = search_summary(result_of(study, url))
     assert text.splitlines()[-2:] == [
         "storage: sqlite:///studies/s.db  (the same command resumes it; autotune show --study s)",
-        "recipe:  recipes/s.json",
+        "recipe: recipes/s.json",
     ]
     elsewhere = "postgresql://tuner:hunter2@db/autotune"
     text = search_summary(result_of(study, elsewhere))
