@@ -75,7 +75,9 @@ run_options = _stack(
         "--model",
         default="gpt2-tiny",
         show_default=True,
-        help="gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-tiny, or package.module:factory.",
+        help="gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-tiny; a Hugging Face model from its config (random "
+        "weights, nothing downloaded): hf:gpt2 ... hf:gpt2-xl, hf:gpt2-tiny, hf:llama-tiny, hf:smollm-135m, or "
+        "hf:PATH (a local config directory); or package.module:factory.",
     ),
     device_option,
     click.option(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+import threading
 
 import click
 
@@ -10,38 +12,85 @@ from autotune.cli._options import CONTEXT_SETTINGS, DURATION, emit_json, json_op
 
 
 class _ProgressReporter:
-    """A progress bar with the best so far (stderr) and one line per finished trial."""
+    """What `search` shows while it runs (state and text: `present.progress`). On a terminal,
+    a status line redrawn every second from the start (trial i of N, elapsed, estimate, best
+    so far) under one line per finished trial; without one (logs, CI), an opening line when the
+    first trial starts and one line per finished trial, each with the same figures. Nothing
+    when quiet (--json)."""
 
-    def __init__(self, n_trials: int, quiet: bool) -> None:
-        from tqdm import tqdm
+    TICK_S = 1.0
+
+    def __init__(self, n_trials: int, quiet: bool, *, timeout_s: float | None = None, what: str = "") -> None:
+        from autotune.present.progress import SearchProgress
 
         self.quiet = quiet
-        self.bar = tqdm(
-            total=n_trials, unit="trial", file=sys.stderr, dynamic_ncols=True, disable=quiet or not sys.stderr.isatty()
-        )
+        self.progress = SearchProgress(n_trials, timeout_s)
+        self.tty = not quiet and sys.stderr.isatty()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._shown = False
+        self._opening: str | None = None
+        if quiet:
+            return
+        self._opening = self.progress.opening_line(what)
+        if self.tty:  # drawn now, cleared by close(): a refused search leaves its one error line
+            self._draw()
+            threading.Thread(target=self._tick, name="autotune-progress", daemon=True).start()
 
     def trial_started(self, number: int, cfg) -> None:
-        from autotune.present.text import config_summary
-
-        self.bar.set_description(f"trial {number}")
-        if not self.quiet and not self.bar.disable:
-            self.bar.write(f"  running #{number}: {config_summary(cfg.to_dict())}", file=sys.stderr)
+        if self._opening is not None and not self.tty:
+            # In a log the opening line waits for the first trial: everything was validated by
+            # then (a refused search prints its one error line and nothing else).
+            self._print(self._opening)
+        self._opening = None
+        with self._lock:
+            self.progress.trial_started(number, cfg.to_dict())
+        self._draw()
 
     def confirming(self, number: int) -> None:
-        if not self.quiet:
-            self.bar.write(f"confirming the best, #{number}, with one more run (the recipe reports the mean of both)")
+        with self._lock:
+            self.progress.confirming(number)
+        self._print(f"confirming the best, #{number}, with one more run (the recipe reports the mean of both)")
 
     def trial_finished(self, trial, summary) -> None:
-        from autotune.present.summaries import trial_line
-
-        self.bar.update(1)
-        if summary.best is not None:
-            self.bar.set_postfix_str(f"best {summary.best.value:,.0f} tok/s (#{summary.best.number})")
-        if not self.quiet:
-            self.bar.write(trial_line(trial))
+        with self._lock:
+            self.progress.trial_finished(trial, summary)
+            line = self.progress.finished_line(trial)
+        self._print(line)
 
     def close(self) -> None:
-        self.bar.close()
+        self._stop.set()
+        with self._lock:
+            if self.tty and self._shown:
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+                self._shown = False
+
+    # --- drawing ----------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.TICK_S):
+            self._draw()
+
+    def _draw(self) -> None:
+        if not self.tty or self._stop.is_set():
+            return
+        with self._lock:
+            width = shutil.get_terminal_size((120, 20)).columns - 1
+            sys.stderr.write("\r\x1b[K" + self.progress.status_line()[:width])
+            sys.stderr.flush()
+            self._shown = True
+
+    def _print(self, line: str) -> None:
+        """A permanent line: above the status line on a terminal."""
+        if self.quiet:
+            return
+        with self._lock:
+            if self.tty:
+                sys.stderr.write("\r\x1b[K")
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        self._draw()
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -159,7 +208,9 @@ def search(
         warm_start_from=warm_start_from,
         new_study=new_study,
     )
-    reporter = _ProgressReporter(n_trials, quiet=as_json or bool(devices))
+    reporter = _ProgressReporter(
+        n_trials, quiet=as_json or bool(devices), timeout_s=timeout, what=f"{model} on {device}"
+    )
     try:
         if devices:
             from autotune.search.fleet import run_workers

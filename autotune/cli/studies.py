@@ -15,11 +15,21 @@ from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, stud
 @json_option
 @click.option("--limit", type=int, default=20, show_default=True, help="Trials to list (best first).")
 def show(study, storage, as_json, limit) -> None:
-    """Show a stored study: its trials (best first), outcome counts and the best."""
-    from autotune.present.summaries import show_json, show_text
+    """Show a stored study: its trials (best first), outcome counts and the best. Without
+    --study, list the studies in --storage (or under studies/, where search writes them)."""
+    from autotune.present.summaries import show_json, show_text, studies_json, studies_text
+    from autotune.search.catalog import list_studies
     from autotune.search.storage import load_study
     from autotune.search.study import summarize
 
+    if study is None:
+        entries = list_studies(storage)
+        if storage is None or len(entries) != 1:  # one study in a named storage: show it
+            if as_json:
+                emit_json(studies_json(entries))
+            else:
+                click.echo(studies_text(entries))
+            return
     loaded = load_study(study, storage)
     summary = summarize(loaded)
     if as_json:

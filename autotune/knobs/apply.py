@@ -7,9 +7,21 @@ import torch.nn as nn
 from autotune.config import TrainConfig
 from autotune.knobs.checkpoint import apply_activation_checkpointing
 from autotune.knobs.compile import apply_compile
+from autotune.model.hf import is_hf_model, turn_off_kv_cache
 
 
 def apply_model_knobs(model: nn.Module, cfg: TrainConfig, block_path: str | None = None) -> nn.Module:
-    """Checkpointing, then compile: the one documented order."""
+    """Training set-up, then checkpointing, then compile: the one documented order."""
+    prepare_for_training(model)
     apply_activation_checkpointing(model, cfg.checkpoint_layers, block_path, will_compile=cfg.compile_mode != "none")
     return apply_compile(model, cfg.compile_mode, block_path)
+
+
+def prepare_for_training(model: nn.Module) -> nn.Module:
+    """What a model needs before its blocks are wrapped: a Hugging Face model's KV cache off
+    for every call that does not ask for it (`model.hf.turn_off_kv_cache` says why; with it
+    on, compiled blocks fall back to eager and checkpointed ones fail in backward). Neither
+    the config nor the state dict changes, so save_pretrained / from_pretrained still work."""
+    if is_hf_model(model):
+        turn_off_kv_cache(model)
+    return model

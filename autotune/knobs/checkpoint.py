@@ -40,8 +40,10 @@ def _checkpointed(forward: Callable[..., torch.Tensor], keep_sdpa_choice: bool) 
         # Non-reentrant: works with kwargs, inputs that need no grad, and torch.compile.
         # The recomputation runs in backward, usually outside the forced-SDPA context; in
         # eager it must pick the same attention kernel as the forward did, or the recomputed
-        # tensors differ and checkpoint raises. Compiled blocks bake the kernel into the graph.
-        if keep_sdpa_choice:
+        # tensors differ and checkpoint raises. Compiled blocks bake the kernel into the graph,
+        # and so does a whole-model torch.compile over these blocks (Trainer's torch_compile),
+        # whose tracer takes no context_fn: then the plain checkpoint.
+        if keep_sdpa_choice and not torch.compiler.is_compiling():
             flags = _sdpa_flags()
             return checkpoint(
                 forward,

@@ -6,12 +6,22 @@ optimizer and data pipeline included) under `torch.profiler`, then attributes ti
     data wait     host time blocked on the next batch (the `autotune:data_wait` region)
     attention     SDPA ops (flash / efficient / cuDNN / CPU flash kernels, forward and backward)
     matmuls       mm, addmm, bmm, linear, matmul (and their backward nodes)
-    elementwise   layer norm, GELU, add, mul, softmax, dropout, copies, the loss; and the
-                  fused kernels torch.compile generates (mostly fused elementwise/norm code;
-                  its matmuls stay separate aten::mm calls)
+    elementwise   layer norm, GELU, add, mul, softmax, dropout, copies, the loss
     optimizer     everything inside the `autotune:optimizer` region (AdamW, grad-scaler
                   update, zero_grad), and adam / _foreach ops anywhere
+    compiled      time inside a torch.compile graph that no kernel event accounts for: said
+                  plainly, never guessed (the graph's own overhead, or its kernels when the
+                  profile has no per-kernel events)
     other         everything else: embeddings, views, Python overhead, an idle device
+
+Compiled code is attributed to the operations it fuses. Inductor names each kernel after the
+aten ops it fuses (`triton_per_fused__safe_softmax_...`, `cpp_fused_native_layer_norm_...`);
+a kernel is attention when it holds the softmax or causal mask of attention, a matmul when it
+is a matmul template, else elementwise / norm. Matmuls a compiled graph leaves to extern
+kernels stay aten::mm / addmm (the projections and the MLP) and aten::bmm, which inside a
+compiled block is attention's (QK^T and PV: the block's other matmuls are 2-D). On CPU the
+generated C++ kernels get events only with inductor's `cpp.enable_kernel_profile`, which
+`profile_config` turns on; Triton kernels always have them.
 
 Each op's *self* time is counted once, in the category of its nearest enclosing region or
 SDPA op, else by its own name. On CUDA the time is self device (kernel) time, and data wait
@@ -49,13 +59,14 @@ from autotune.model.introspect import model_shape
 from autotune.model.load import build_model
 
 DATA_REGION = "autotune:data_wait"
-CATEGORIES = ("data_wait", "attention", "matmul", "elementwise", "optimizer", "other")
+CATEGORIES = ("data_wait", "attention", "matmul", "elementwise", "optimizer", "compiled", "other")
 CATEGORY_LABELS = {
     "data_wait": "data wait",
     "attention": "attention (SDPA)",
     "matmul": "matmuls",
     "elementwise": "elementwise / norm",
     "optimizer": "optimizer",
+    "compiled": "compiled, not split",
     "other": "other",
 }
 TRACE_NAME = "trace.json"
@@ -133,6 +144,8 @@ def profile_config(
     shape = model_shape(model, seq_len)
     target = torch.device(device)
     model.to(target).train()
+    if cfg.compile_mode != "none":
+        name_compiled_kernels()
     apply_model_knobs(model, cfg)
     optimizer = make_optimizer(model, target)
     step = make_train_step(
@@ -188,6 +201,18 @@ def profile_config(
         tokens=tokens,
         trace_path=str(trace),
     )
+
+
+def name_compiled_kernels() -> None:
+    """Give inductor's generated C++ kernels profiler events of their own, named after the ops
+    they fuse (Triton kernels always have them), so `attribute` can split compiled time. Set
+    before anything compiles; it is part of inductor's cache key, so a cached graph without
+    the events is not reused."""
+    try:
+        import torch._inductor.config as inductor_config
+    except ImportError:  # a torch without inductor compiles nothing
+        return
+    inductor_config.cpp.enable_kernel_profile = True
 
 
 def _check_seq_len(seq_len: int | None, model: nn.Module) -> None:
@@ -255,8 +280,10 @@ def _shares(seconds: dict[str, float], wall: float) -> tuple[dict[str, float], d
 
 
 def category_of(ev: Any) -> str:
-    """The nearest enclosing region or SDPA op decides; else the op's own name."""
+    """The nearest enclosing region or SDPA op decides; else the op's own name (a batched
+    matmul inside a compiled graph is attention's: see the module docstring)."""
     node = ev
+    compiled = False
     while node is not None:
         if node.name == DATA_REGION:
             return "data_wait"
@@ -264,7 +291,10 @@ def category_of(ev: Any) -> str:
             return "optimizer"
         if is_attention(node.name):
             return "attention"
+        compiled = compiled or (node is not ev and is_compiled_region(node.name))
         node = node.cpu_parent
+    if compiled and _squash(ev.name) in _BATCHED_MATMULS:
+        return "attention"
     return classify_op(ev.name)
 
 
@@ -337,7 +367,14 @@ _ELEMENTWISE = {
     "mse",
     "mseloss",
 }
-_COMPILED_MARKS = ("triton", "cppfused", "compiledfunction", "torchcompiledregion", "compiledfxgraph")
+_BATCHED_MATMULS = {"bmm", "baddbmm"}
+# Events of a compiled graph as a whole (its wrapper, its autograd node, dynamo's region).
+_COMPILED_REGIONS = ("compiledfxgraph", "compiledfunction", "torchcompiledregion")
+# Inductor's generated kernels: "triton_poi_fused_add_0", "graph_1_cpp_fused_gelu_view_5", ...
+_FUSED_KERNEL = re.compile(r"(?:^|_)(?:triton_(?:poi|per|red|tem|for|mix)|cpp)_fused_|^triton_")
+# In a fused kernel's name: attention's softmax (not the loss's log_softmax) or causal mask.
+_ATTENTION_FUSED = re.compile(r"(?<!log)_(?:safe_)?softmax|_tril|scaled_dot_product|flash|efficient_attention")
+_LOSS_FUSED = ("log_softmax", "nll_loss", "cross_entropy")
 
 
 def _squash(name: str) -> str:
@@ -355,6 +392,26 @@ def _flat(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+def is_compiled_region(name: str) -> bool:
+    flat = _flat(name)
+    return any(mark in flat for mark in _COMPILED_REGIONS)
+
+
+def fused_kernel_category(name: str) -> str | None:
+    """The category of an inductor kernel by the aten ops its name says it fuses; None for
+    anything else. Templates ("triton_tem_fused_mm_1") are matmuls; attention's softmax or
+    causal mask makes a kernel attention's; the rest (norms, activations, residual adds, the
+    loss) is elementwise / norm."""
+    lowered = name.lower()
+    if not _FUSED_KERNEL.search(lowered):
+        return None
+    if "_tem_" in lowered or re.search(r"fused_(?:b|add)?mm(?:_|$)", lowered):
+        return "matmul"
+    if not any(mark in lowered for mark in _LOSS_FUSED) and _ATTENTION_FUSED.search(lowered):
+        return "attention"
+    return "elementwise"
+
+
 def is_attention(name: str) -> bool:
     flat = _flat(name)
     return any(mark in flat for mark in _ATTENTION_MARKS)
@@ -367,13 +424,14 @@ def classify_op(name: str) -> str:
         return "optimizer"
     if is_attention(name):
         return "attention"
+    if is_compiled_region(name):
+        return "compiled"
+    fused = fused_kernel_category(name)
+    if fused is not None:
+        return fused
     base = _squash(name)
     if base in _MATMULS:
         return "matmul"
-    if any(mark in flat for mark in _COMPILED_MARKS):
-        # Inductor's kernels: templates ("triton_tem_fused_mm") are matmuls, the rest fused
-        # pointwise/reduction code (norms, activations, residual adds).
-        return "matmul" if "_tem_" in lowered else "elementwise"
     if base in _ELEMENTWISE or "norm" in base:
         return "elementwise"
     return "other"

@@ -9,9 +9,10 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn as nn
 
-from autotune.config import IGNORE_INDEX, TrainConfig
+from autotune.config import TrainConfig
 from autotune.errors import UsageError
 from autotune.knobs.precision import training_context
+from autotune.model.contract import forward_loss, loss_from_output
 
 OPTIMIZER_REGION = "autotune:optimizer"  # profiler label of the optimizer step (see measure/profile.py)
 
@@ -28,18 +29,23 @@ def make_train_step(
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """One training step, as every autotune loop runs it (measure, verify, profile): copy the
     batch to the device, forward under the config's precision and SDPA backend, scaled
-    backward, optimizer step. `annotate` labels the optimizer step OPTIMIZER_REGION for the
-    profiler; off when measuring, where even an idle record_function costs a little."""
+    backward, optimizer step. The batch's labels are aligned (label t is the target of
+    position t); how the model is called and its loss read is the model contract
+    (`model.contract.forward_loss`: a Hugging Face model by keyword, scored on its logits, so
+    its labels are never shifted twice). `annotate` labels the optimizer step
+    OPTIMIZER_REGION for the profiler; off when measuring, where even an idle
+    record_function costs a little."""
     optimizer_region = (
         (lambda: torch.profiler.record_function(OPTIMIZER_REGION)) if annotate else contextlib.nullcontext
     )
+    loss_of = forward_loss(model)  # decided once, not per step
 
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # non_blocking pairs with pin_memory: from pinned memory the copy overlaps compute.
         x = x.to(device, non_blocking=True)
         y = y.to(device, non_blocking=True)
         with training_context(device_kind, cfg):
-            loss = model_loss(model(x, y), y)
+            loss = loss_of(x, y)
         scaler.scale(loss).backward()
         with optimizer_region():
             scaler.step(optimizer)
@@ -60,19 +66,9 @@ def make_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Optimi
 
 
 def model_loss(output: Any, labels: torch.Tensor) -> torch.Tensor:
-    """The model contract: a scalar loss, an object with `.loss` (Hugging Face style), or
-    logits (B, T, vocab) for labels already aligned with the inputs."""
-    if isinstance(output, torch.Tensor) and output.dim() == 0:
-        return output
-    loss = getattr(output, "loss", None)
-    if isinstance(loss, torch.Tensor):
-        return loss
-    if isinstance(output, torch.Tensor) and output.dim() == 3:
-        return nn.functional.cross_entropy(output.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
-    raise UsageError(
-        "the model must return a scalar loss, an object with .loss, or (B, T, vocab) logits; "
-        f"it returned {type(output).__name__}"
-    )
+    """The loss in a model's output, for aligned `labels`: a scalar loss, `.loss`, a tuple
+    holding a scalar loss, or (B, T, vocab) logits (see `model.contract`)."""
+    return loss_from_output(output, labels)
 
 
 def endless_batches(loader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

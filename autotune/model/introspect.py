@@ -57,11 +57,26 @@ def check_block_indices(layers: tuple[int, ...], n_blocks: int) -> None:
 
 
 def non_embedding_params(model: nn.Module) -> int:
-    """Parameters that cost 6 FLOPs per token: all but the position embedding. The token
-    embedding is kept because, tied to the head, it is a real matmul (nanoGPT's count)."""
+    """Parameters that cost 6 FLOPs per token: all but the lookups. The position embedding is
+    a lookup; so is the token embedding when it has its own weights (Llama), but tied to the
+    head (GPT-2) it is a real matmul and is kept (nanoGPT's count)."""
     total = sum(p.numel() for p in model.parameters())
     wpe = getattr(getattr(model, "transformer", None), "wpe", None)
-    return total - (wpe.weight.numel() if isinstance(wpe, nn.Embedding) else 0)
+    lookups = wpe.weight.numel() if isinstance(wpe, nn.Embedding) else 0
+    return total - lookups - _untied_input_embedding(model)
+
+
+def _untied_input_embedding(model: nn.Module) -> int:
+    """Parameters of a token embedding not shared with the output head (Hugging Face models
+    say which is which through get_input_embeddings / get_output_embeddings)."""
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    if not callable(get_in) or not callable(get_out):
+        return 0
+    embedding, head = get_in(), get_out()
+    weight = getattr(embedding, "weight", None)
+    if not isinstance(weight, nn.Parameter) or weight is getattr(head, "weight", None):
+        return 0
+    return weight.numel()
 
 
 @dataclass(frozen=True)
@@ -80,20 +95,34 @@ def model_shape(model: nn.Module, seq_len: int | None = None) -> ModelShape:
     (attributes `vocab_size` / `context_length`, or a Hugging Face-style `config`)."""
     config = getattr(model, "config", None)
     vocab = _first_attr((model, config), ("vocab_size",))
-    context = _first_attr((model, config), ("context_length", "block_size", "n_positions", "max_position_embeddings"))
+    context = context_length_of(model)
     if vocab is None:
         raise UsageError("the model must expose vocab_size (on itself or on model.config)")
     if context is None and seq_len is None:
         raise UsageError("the model does not say its context length: pass --seq-len")
+    if seq_len is not None and context is not None and seq_len > context:
+        raise UsageError(f"--seq-len {seq_len} is longer than the model's context {context}")
     n_head = _first_attr((model, config), ("n_head", "num_attention_heads"))
     n_embd = _first_attr((model, config), ("n_embd", "hidden_size"))
+    # Llama-style configs may say head_dim outright (it need not be width / heads).
+    head_dim = _first_attr((config,), ("head_dim",)) or (int(n_embd) // int(n_head) if n_head and n_embd else None)
     return ModelShape(
         vocab_size=int(vocab),
         context_length=int(seq_len or context),
         n_layer=len(find_blocks(model)),
         n_head=int(n_head) if n_head else None,
-        head_dim=int(n_embd) // int(n_head) if n_head and n_embd else None,
+        head_dim=head_dim,
     )
+
+
+def context_length_of(model: nn.Module) -> int | None:
+    """The longest input the model takes: `context_length`, `block_size`, `n_positions` or
+    `max_position_embeddings`, on the model or its (Hugging Face-style) config; None if unsaid."""
+    model = getattr(model, "_orig_mod", model)  # torch.compile(model) wraps it
+    return _first_attr((model, getattr(model, "config", None)), _CONTEXT_NAMES)
+
+
+_CONTEXT_NAMES = ("context_length", "block_size", "n_positions", "max_position_embeddings")
 
 
 def _first_attr(objects, names):

@@ -1,4 +1,5 @@
-"""Models by name: the GPT-2 family, or a user's `package.module:factory`."""
+"""Models by name: the GPT-2 family, Hugging Face models (`hf:...`, see `model.hf`), or a
+user's `package.module:factory`."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ from pathlib import Path
 import torch.nn as nn
 
 from autotune.errors import UsageError
+from autotune.model.contract import check_label_alignment
 from autotune.model.gpt import GPT, MODEL_SIZES
+from autotune.model.hf import HF_MODELS, build_hf_model, check_hf_name, is_hf_name
 
 
 def build_model(name: str) -> nn.Module:
-    """`gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`, `gpt2-tiny`, or `package.module:factory`."""
+    """`gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`, `gpt2-tiny`; `hf:NAME` or `hf:PATH`
+    (a transformers model, random weights); or `package.module:factory`."""
     if name in MODEL_SIZES:
         return GPT(MODEL_SIZES[name])
+    if is_hf_name(name):
+        return build_hf_model(name)
     if ":" in name:
         return _build_user_model(name)
     raise _unknown(name)
@@ -25,6 +31,9 @@ def check_model_name(name: str) -> None:
     """Validate a model name without building it (cheap: for the CLI and the tuner)."""
     if name in MODEL_SIZES:
         return
+    if is_hf_name(name):
+        check_hf_name(name)
+        return
     if ":" in name:
         _load_factory(name)
         return
@@ -32,7 +41,11 @@ def check_model_name(name: str) -> None:
 
 
 def _unknown(name: str) -> UsageError:
-    return UsageError(f"unknown model {name!r}: expected one of {', '.join(MODEL_SIZES)} or package.module:factory")
+    hf = ", ".join(f"hf:{n}" for n in HF_MODELS)
+    return UsageError(
+        f"unknown model {name!r}: expected one of {', '.join(MODEL_SIZES)}, {hf}, hf:PATH (a local Hugging Face "
+        "config directory) or package.module:factory"
+    )
 
 
 def _load_factory(name: str):
@@ -56,4 +69,5 @@ def _build_user_model(name: str) -> nn.Module:
     model = factory()
     if not isinstance(model, nn.Module):
         raise UsageError(f"model {name!r}: the factory returned {type(model).__name__}, expected a torch.nn.Module")
+    check_label_alignment(model, name)  # before anything is measured on it
     return model

@@ -20,6 +20,7 @@ from autotune.present.importance import TOP_IMPORTANCES, Importance, knob_import
 from autotune.present.text import (
     counts_text,
     device_memory_text,
+    flag_unstable,
     format_pct,
     format_rate,
     format_ratio,
@@ -225,7 +226,17 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
         row("CUDA / driver", (f"{v.hardware.get('cuda') or '-'} / {v.hardware.get('driver') or '-'}" for v in views))
     row("model", (f"{v.attrs.get('model', '?')} (seq {v.attrs.get('seq_len', '?')})" for v in views))
     row("best trial", (f"#{v.summary.best.number}" if v.summary.best else "none within the limit" for v in views))
-    row("effective tokens/s", (format_rate(tokens_per_sec(v.summary.best)) if v.summary.best else "n/a" for v in views))
+    row(
+        "effective tokens/s",
+        (
+            flag_unstable(
+                format_rate(tokens_per_sec(v.summary.best)), bool(v.best_measurement and v.best_measurement.unstable)
+            )
+            if v.summary.best
+            else "n/a"
+            for v in views
+        ),
+    )
     row("MFU", (format_pct(v.best_measurement.mfu if v.best_measurement else None) for v in views))
     row(
         "peak memory / limit",

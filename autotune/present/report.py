@@ -26,12 +26,13 @@ from typing import Any, Sequence
 import optuna
 
 from autotune.config import normalize_config_dict
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, UsageError
 from autotune.measure import outcomes
 from autotune.present.importance import Importance, knob_importance
 from autotune.present.text import (
     config_summary,
     counts_text,
+    flag_unstable,
     format_bytes,
     format_pct,
     format_rate,
@@ -426,10 +427,10 @@ def _measurement_rows(summary: StudySummary, limit: int | None) -> list[list[str
     if m is None:
         return [["effective tokens/s", format_rate(tokens_per_sec(best))]]
     return [
-        ["effective tokens/s", format_rate(tokens_per_sec(best))],
+        ["effective tokens/s", flag_unstable(format_rate(tokens_per_sec(best)), m.unstable)],
         ["padding", format_pct(m.padding_fraction)],
         ["step time (median)", f"{1000 * m.step_time_median_s:.1f} ms" if m.step_time_median_s else "n/a"],
-        ["step time CV", format_pct(m.step_time_cv)],
+        ["step time CV", format_pct(m.step_time_cv) + (" (unstable: verify the recipe)" if m.unstable else "")],
         ["MFU", format_pct(m.mfu)],
         [
             "peak memory / limit",
@@ -438,6 +439,11 @@ def _measurement_rows(summary: StudySummary, limit: int | None) -> list[list[str
         ["speedup vs baseline", format_ratio(summary.speedup(summary.baseline))],
         ["speedup vs checklist", format_ratio(summary.speedup(summary.checklist))],
     ]
+
+
+def _unstable(trial) -> bool:
+    m = trial_measurement(trial)
+    return bool(m is not None and m.unstable)
 
 
 def _top_trials(summary: StudySummary, n: int = 10) -> list[list[str]]:
@@ -451,7 +457,7 @@ def _top_trials(summary: StudySummary, n: int = 10) -> list[list[str]]:
             [
                 f"#{t.number}",
                 a.get("outcome", ""),
-                format_rate(tokens_per_sec(t)),
+                flag_unstable(format_rate(tokens_per_sec(t)), _unstable(t)),
                 format_bytes(a.get("peak_memory_bytes")),
                 tag,
                 config_summary(a["config"]) if a.get("config") else "",
@@ -493,7 +499,7 @@ def report_sections(study: optuna.Study, summary: StudySummary, importance: Impo
         )
         sections.append(Section("Its measurement", ["", ""], _measurement_rows(summary, limit)))
     refs = [
-        [name, f"#{t.number}", format_rate(tokens_per_sec(t))]
+        [name, f"#{t.number}", flag_unstable(format_rate(tokens_per_sec(t)), _unstable(t))]
         for name, t in (("baseline", summary.baseline), ("checklist", summary.checklist))
         if t is not None
     ]
@@ -601,9 +607,20 @@ def render_markdown(
     return "\n".join(out)
 
 
+def require_matplotlib() -> None:
+    """matplotlib is a dependency of autotune; an environment that lost it gets one clear line."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "autotune report draws its figures with matplotlib, which is not installed: pip install matplotlib"
+        ) from None
+
+
 def write_report(study: optuna.Study, out_dir: str | Path, storage: str | None = None) -> Report:
     """Draw the figures and write index.html and report.md into `out_dir`. `storage` is
     shown as given: pass it redacted."""
+    require_matplotlib()
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)

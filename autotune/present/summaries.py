@@ -11,13 +11,14 @@ from autotune.measure.measurement import Measurement
 from autotune.present.text import (
     config_summary,
     counts_text,
+    flag_unstable,
     format_bytes,
     format_pct,
     format_rate,
     format_ratio,
     table,
 )
-from autotune.search.storage import redact
+from autotune.search.storage import default_storage_url, redact
 from autotune.search.study import trial_measurement
 
 
@@ -32,7 +33,11 @@ def format_measurement(m: Measurement) -> str:
             lines.append("  " + m.reason.replace("\n", "\n  "))
         return "\n".join(lines)
     rows = [
-        ("effective tokens/s", f"{format_rate(m.tokens_per_sec)}  (non-pad tokens / wall time, data waits included)"),
+        (
+            "effective tokens/s",
+            f"{flag_unstable(format_rate(m.tokens_per_sec), m.unstable)}  (non-pad tokens / wall time, data waits "
+            "included)",
+        ),
         ("padded tokens/s", f"{format_rate(m.padded_tokens_per_sec)}  (padding {format_pct(m.padding_fraction)})"),
         (
             "step time",
@@ -65,6 +70,19 @@ def _trial_cfg(trial) -> dict[str, Any] | None:
     return trial.user_attrs.get("config")
 
 
+def trial_unstable(trial) -> bool:
+    """Whether the trial's measurement was flagged unstable (see `text.flag_unstable`)."""
+    m = trial_measurement(trial)
+    return bool(m is not None and m.unstable)
+
+
+def _unstable_note(trial) -> str:
+    m = trial_measurement(trial)
+    if m is None or not m.unstable:
+        return ""
+    return f"  UNSTABLE (step time CV {format_pct(m.step_time_cv)})"
+
+
 def trial_line(trial) -> str:
     """One line per finished trial: number, outcome, tokens/s, peak memory, the knobs."""
     attrs = trial.user_attrs
@@ -78,7 +96,7 @@ def trial_line(trial) -> str:
         reason = f"  -- {attrs['reason'].splitlines()[0][:120]}"
     return (
         f"#{trial.number:<3} {outcome:<17} {format_rate(attrs.get('tokens_per_sec')):>12} tok/s  "
-        f"peak {format_bytes(attrs.get('peak_memory_bytes')):>10}  {knobs}{tag}{dup}{reason}"
+        f"peak {format_bytes(attrs.get('peak_memory_bytes')):>10}  {knobs}{tag}{dup}{_unstable_note(trial)}{reason}"
     )
 
 
@@ -87,9 +105,9 @@ def best_table(summary) -> str:
     m = trial_measurement(best) or Measurement.failed({}, outcomes.OK, None)
     rows = [(k, v if not isinstance(v, list) else ",".join(map(str, v)) or "-") for k, v in _trial_cfg(best).items()]
     rows += [
-        ("effective tokens/s", format_rate(m.tokens_per_sec)),
+        ("effective tokens/s", flag_unstable(format_rate(m.tokens_per_sec), m.unstable)),
         ("padding", format_pct(m.padding_fraction)),
-        ("step time CV", format_pct(m.step_time_cv)),
+        ("step time CV", format_pct(m.step_time_cv) + ("  UNSTABLE: verify the recipe" if m.unstable else "")),
         ("MFU", format_pct(m.mfu)),
         ("peak memory", f"{format_bytes(m.peak_memory_bytes)} ({m.peak_memory_source})"),
         ("speedup vs baseline", format_ratio(summary.speedup(summary.baseline))),
@@ -106,16 +124,24 @@ def search_summary(result) -> str:
     ]
     for name, ref in (("baseline", summary.baseline), ("checklist", summary.checklist)):
         if ref is not None:
+            rate = flag_unstable(format_rate(ref.user_attrs.get("tokens_per_sec")), trial_unstable(ref))
+            lines.append(f"{name:<10} #{ref.number}: {rate} tok/s ({ref.user_attrs.get('outcome')})")
+    if summary.best is not None:
+        lines += ["", best_table(summary)]
+        if trial_unstable(summary.best):
             lines.append(
-                f"{name:<10} #{ref.number}: {format_rate(ref.user_attrs.get('tokens_per_sec'))} tok/s "
-                f"({ref.user_attrs.get('outcome')})"
+                f"\nthe best, #{summary.best.number}, was measured UNSTABLE (its step times varied): "
+                "check the recipe with `autotune verify` on a quiet machine"
             )
-    if summary.best is None:
+    else:
         lines.append(summary.no_best_reason)
-        return "\n".join(lines)
-    lines += ["", best_table(summary)]
+    lines.append("")
+    show = f"autotune show --study {summary.name}"
+    if result.storage_url != default_storage_url(summary.name):
+        show += " --storage URL"
+    lines.append(f"storage: {redact(result.storage_url)}  (the same command resumes it; {show})")
     if result.recipe_path:
-        lines.append(f"\nrecipe: {result.recipe_path}")
+        lines.append(f"recipe: {result.recipe_path}")
     return "\n".join(lines)
 
 
@@ -130,6 +156,7 @@ def _trial_json(trial) -> dict[str, Any]:
         "config": a.get("config"),
         "tokens_per_sec": a.get("tokens_per_sec"),
         "peak_memory_bytes": a.get("peak_memory_bytes"),
+        "unstable": trial_unstable(trial),
         "constraints": trial.constraints or None,
         "duplicate_of": a.get("duplicate_of"),
     }
@@ -202,8 +229,8 @@ def format_verify(result: dict[str, Any], path: str) -> str:
     rows = [
         (
             "tokens/s",
-            format_rate(rec.get("tokens_per_sec")),
-            format_rate(mea.get("tokens_per_sec")),
+            flag_unstable(format_rate(rec.get("tokens_per_sec")), rec.get("unstable")),
+            flag_unstable(format_rate(mea.get("tokens_per_sec")), mea.get("unstable")),
             ratio(result["ratio_tokens_per_sec"]),
         ),
         (
@@ -257,3 +284,37 @@ def format_profile(report) -> str:
             f"trace: {report.trace_path}  (open in https://ui.perfetto.dev or chrome://tracing)",
         ]
     )
+
+
+# --- the studies a storage holds (show without --study) ------------------------------------------
+
+
+def studies_text(entries) -> str:
+    rows = [
+        (e.name, e.model or "?", e.device or "?", e.trials, format_rate(e.best_tokens_per_sec), e.storage)
+        for e in entries
+    ]
+    hint = entries[0]
+    command = f"autotune show --study {hint.name}" + ("" if hint.default_storage else f" --storage {hint.storage}")
+    return "\n".join(
+        [
+            f"{len(entries)} stud{'y' if len(entries) == 1 else 'ies'} found:",
+            table(("study", "model", "device", "trials", "best tok/s", "storage"), rows),
+            "",
+            f"show one: {command}",
+        ]
+    )
+
+
+def studies_json(entries) -> list[dict[str, Any]]:
+    return [
+        {
+            "study": e.name,
+            "storage": e.storage,
+            "model": e.model,
+            "device": e.device,
+            "trials": e.trials,
+            "best_tokens_per_sec": e.best_tokens_per_sec,
+        }
+        for e in entries
+    ]

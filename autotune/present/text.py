@@ -15,6 +15,7 @@ __all__ = [
     "format_pct",
     "format_rate",
     "format_ratio",
+    "flag_unstable",
     "markdown_table",
     "memory_text",
     "table",
@@ -25,6 +26,13 @@ __all__ = [
 def format_rate(value: float | None) -> str:
     """Tokens/s: 12,345 (no decimals: the spread is larger than a token)."""
     return "n/a" if value is None else f"{value:,.0f}"
+
+
+def flag_unstable(text: str, unstable: bool | None) -> str:
+    """`text`, marked when the run behind the figure was unstable (its step times varied by
+    more than the 5 % coefficient-of-variation target, even over a second window): the figure
+    is less sure than the others, and a recipe built on it should be verified."""
+    return f"{text} (unstable)" if unstable else text
 
 
 def format_pct(value: float | None, digits: int = 1) -> str:

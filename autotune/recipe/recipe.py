@@ -9,7 +9,7 @@ Format `autotune.recipe` version 1 (JSON; YAML is accepted on load, safe loader 
     measured                   tokens_per_sec, padded_tokens_per_sec, padding_fraction,
                                step_time_median_s, step_time_cv, mfu, peak_memory_bytes,
                                peak_memory_source, memory_limit_bytes, data_wait_fraction,
-                               compile_time_s, gpu_utilization
+                               compile_time_s, gpu_utilization, unstable
     reference_speedups         {"baseline": x, "checklist": y} (best over each reference trial)
     hardware                   the DeviceInfo of the device it was measured on
     software                   torch, optuna, autotune, python versions
@@ -25,12 +25,14 @@ code of the recipe author's choosing, so it needs the user's explicit say (see `
 In a training script (the recipe applies itself; see `Recipe.dataloader` for the dataset contract):
 
     recipe = autotune.Recipe.load("recipes/gpt2-nvidia-h200.json")
-    model = recipe.apply_to_model(model)        # checkpoint the chosen blocks, then compile
-    loader = recipe.dataloader(dataset)         # workers, prefetch, pinning, token-budget batches
-    scaler = recipe.grad_scaler()               # enabled only for float16
-    for input_ids, labels in loader:
-        with recipe.autocast():                 # AMP dtype (or TF32) and the forced SDPA backend
-            loss = model(input_ids.to(device), labels.to(device))
+    model = recipe.apply_to_model(model)                # checkpoint the chosen blocks, then compile
+    loader = recipe.dataloader(dataset, for_model=model)  # its context and labels; workers, budget batches
+    scaler = recipe.grad_scaler()                       # enabled only for float16
+    for batch in loader:
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        with recipe.autocast():                         # AMP dtype (or TF32) and the forced SDPA backend
+            output = model(**batch)
+        loss = getattr(output, "loss", output)          # .loss (Hugging Face) or the loss itself
         scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
 
 Importing this module does not import torch; the training-side methods do, when called.
@@ -194,7 +196,11 @@ class Recipe:
         transformer.h, model.layers, layers, blocks (and a few more), or at `block_path`
         ("stack", "encoder.layer"). A block index beyond the model's count is a UsageError:
         the recipe was made for a deeper model. `device`: move the model there first, so
-        compile sees the parameters where they will live. State-dict keys do not change."""
+        compile sees the parameters where they will live. State-dict keys do not change.
+        A Hugging Face model also runs without its KV cache unless a call asks for one
+        (`generate` does): the cache makes compiled blocks recompile per layer and breaks
+        checkpointed ones in backward; its config is untouched, so save_pretrained /
+        from_pretrained work as before."""
         from autotune.knobs.apply import apply_model_knobs
 
         if device is not None:
@@ -205,17 +211,37 @@ class Recipe:
         self,
         dataset: Any,
         *,
-        collate_fn: Callable[[list["torch.Tensor"]], Any] | None = None,
+        for_model: "torch.nn.Module | None" = None,
+        labels: str | None = None,
         seq_len: int | None = None,
+        collate_fn: Callable[[list["torch.Tensor"]], Any] | None = None,
+        attention_mask: bool = False,
         seed: int = 0,
     ) -> "DataLoader":
-        """A DataLoader of `(input_ids, labels)` batches with the recipe's workers, prefetch,
-        pinning, persistent workers, token budget and batching mode.
+        """A DataLoader with the recipe's workers, prefetch, pinning, persistent workers,
+        token budget and batching mode, shaped for your model.
 
-        Dataset contract: map-style (`len(dataset)`, `dataset[i]`), item i one whole
-        training sequence of token ids, as a list, a NumPy array or a 1-D tensor, with
-        2 <= len <= seq_len + 1. The model reads inputs x[:-1] and labels x[1:]; batches are
-        right-padded, inputs with 0 and labels with -100 (ignored by cross-entropy).
+        for_model: the model the batches are for (pass it: it decides what you cannot get
+        wrong). Its context is the sequence length, and batches are dicts of its keyword
+        arguments, for `model(**batch)`, with the labels it expects: for a Hugging Face model
+        (or any model that shifts labels inside its loss) `{"input_ids", "labels"}` with labels
+        unshifted, equal to the inputs with -100 at pads; for autotune's GPT and models of the
+        README contract, labels aligned (label t is the target of position t).
+        labels: "unshifted" or "aligned", to choose without a model (dict batches). Without
+        for_model or labels, batches are `(input_ids, labels)` tuples, aligned.
+        seq_len: the widest input, in tokens (at most the model's context). Default: the
+        model's context, else the longest document. Never the recipe's: it is the context of
+        the model that was tuned, not of this one.
+        attention_mask: also yield "attention_mask" (1 at tokens, 0 at pads). Off by default:
+        with right padding and causal attention no real token attends to a pad and pad targets
+        are -100, so the mask changes no loss, while a Hugging Face model given one builds a
+        4-D mask that rules out SDPA's is_causal kernels (flash), which the recipe may force.
+
+        Dataset contract: map-style (`len(dataset)`, `dataset[i]`), item i one whole training
+        sequence of token ids, as a list, a NumPy array or a 1-D tensor, of at most seq_len + 1
+        tokens (aligned: inputs x[:-1], labels x[1:]) or seq_len tokens (unshifted: inputs x).
+        Documents of fewer than 2 tokens (no target) are skipped, counted in one log line.
+        Batches are right-padded: inputs with 0, labels with -100 (ignored by cross-entropy).
         Batching: "padded" groups sequences of similar length into batches of at most
         token_budget tokens (padding included); "fixed" takes token_budget // seq_len
         sequences padded to seq_len; "packed" concatenates and cuts windows of seq_len + 1.
@@ -226,7 +252,6 @@ class Recipe:
         one full pass over the dataset (tokenization included, if __getitem__ tokenizes),
         before training starts. Give large datasets a `lengths` attribute.
 
-        seq_len: the recipe's (model["seq_len"]), else the longest item - 1.
         collate_fn: replaces the padding collate; it receives the list of 1-D int64 tensors.
         pin_memory on a machine without CUDA is dropped, with one warning."""
         from autotune.recipe.training import recipe_dataloader
@@ -234,9 +259,11 @@ class Recipe:
         return recipe_dataloader(
             self.config,
             dataset,
-            collate_fn=collate_fn,
+            for_model=for_model,
+            labels=labels,
             seq_len=seq_len,
-            recorded_seq_len=self.model.get("seq_len"),
+            collate_fn=collate_fn,
+            attention_mask=attention_mask,
             seed=seed,
         )
 
@@ -376,6 +403,7 @@ RECIPE_FIGURES = (
     "compile_time_s",
     "gpu_utilization",
     "host_peak_memory_bytes",
+    "unstable",  # step times varied above the CV target: the figures are less sure; verify them
 )
 
 

@@ -1,43 +1,80 @@
-"""The training side of a recipe: its DataLoader over a user's dataset, and the device kind
-its autocast and scaler use. Imported by the Recipe methods that need torch, when called."""
+"""The training side of a recipe: its DataLoader over a user's dataset, shaped for the user's
+model (its context, its label convention), and the device kind its autocast and scaler use.
+Imported by the Recipe methods that need torch, when called."""
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from autotune.config import TrainConfig
-from autotune.data.batching import build_dataloader
+from autotune.config import IGNORE_INDEX, TrainConfig
+from autotune.data.batching import PAD_TOKEN_ID, build_dataloader, default_bucket, padded_width
 from autotune.errors import RecipeEnvironmentWarning, UsageError
+from autotune.model.contract import ALIGNED, LABEL_CONVENTIONS, UNSHIFTED, batch_keys, label_convention_of
+from autotune.model.introspect import context_length_of
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
+
+log = logging.getLogger(__name__)
+
+MIN_TOKENS = 2  # one input and its target: a shorter document has nothing to learn
 
 
 def recipe_dataloader(
     cfg: TrainConfig,
     dataset: Any,
     *,
-    collate_fn: Callable[[list[torch.Tensor]], Any] | None,
-    seq_len: int | None,
-    recorded_seq_len: int | None,
-    seed: int,
+    for_model: torch.nn.Module | None = None,
+    labels: str | None = None,
+    seq_len: int | None = None,
+    collate_fn: Callable[[list[torch.Tensor]], Any] | None = None,
+    attention_mask: bool = False,
+    seed: int = 0,
 ) -> DataLoader:
-    """See `Recipe.dataloader`; `recorded_seq_len` is the recipe's, used when `seq_len` is None."""
+    """See `Recipe.dataloader`."""
+    convention = _label_convention(for_model, labels)
     lengths = item_lengths(dataset)
-    if seq_len is None:
-        seq_len = recorded_seq_len or (int(lengths.max()) - 1 if len(lengths) else None)
-    check_lengths(lengths, seq_len)
+    keep = np.flatnonzero(lengths >= MIN_TOKENS)
+    if len(lengths) and len(keep) < len(lengths):
+        log.warning(
+            "recipe.dataloader: skipped %d of %d documents shorter than %d tokens (nothing to predict)",
+            len(lengths) - len(keep),
+            len(lengths),
+            MIN_TOKENS,
+        )
+    if len(lengths) == 0:
+        raise UsageError("dataset is empty")
+    if len(keep) == 0:
+        raise UsageError(f"dataset: no document has at least {MIN_TOKENS} tokens (an input and its target)")
+    total, lengths = len(lengths), lengths[keep]
+    seq_len = _seq_len(seq_len, for_model, lengths, convention)
+    check_lengths(lengths, seq_len, convention, from_model=for_model is not None, indices=keep)
     if cfg.pin_memory and not torch.cuda.is_available():
         warnings.warn(
             "recipe: pin_memory dropped, there is no CUDA device to copy to", RecipeEnvironmentWarning, stacklevel=3
         )
         cfg = cfg.replace(pin_memory=False)
+    # autotune's samplers plan aligned items (n tokens -> n - 1 inputs). An unshifted item's
+    # inputs are all its n tokens, so it is planned as n + 1 tokens: the same width, padding and budget.
+    planned = lengths + 1 if convention == UNSHIFTED else lengths
+    if collate_fn is None and (for_model is not None or labels is not None):
+        keys = batch_keys(for_model) if for_model is not None else ("input_ids", "labels")
+        collate_fn = KeywordCollate(
+            seq_len,
+            default_bucket(seq_len),
+            convention=convention,
+            pad_to_full=cfg.batching == "fixed",
+            window=cfg.batching == "packed",
+            keys=keys,
+            attention_mask=attention_mask,
+        )
     return build_dataloader(
-        TokenSequences(dataset, np.asarray(lengths, dtype=np.int64)),
+        TokenSequences(dataset, planned, indices=keep if len(keep) < total else None),
         cfg,
         seq_len=int(seq_len),
         seed=seed,
@@ -45,25 +82,110 @@ def recipe_dataloader(
     )
 
 
-class TokenSequences:
-    """A user's dataset as autotune's loader reads it: items as 1-D int64 tensors, and
-    `lengths` for planning batches. Top-level, holding only the dataset and an array, so
-    DataLoader workers can pickle it (the user's dataset must be picklable too)."""
+def _label_convention(for_model: torch.nn.Module | None, labels: str | None) -> str:
+    if labels is not None and labels not in LABEL_CONVENTIONS:
+        raise UsageError(f"labels must be one of {', '.join(LABEL_CONVENTIONS)}, got {labels!r}")
+    if for_model is None:
+        return labels or ALIGNED
+    convention = label_convention_of(for_model)
+    if labels is not None and labels != convention:
+        raise UsageError(
+            f"labels={labels!r}, but {type(for_model).__name__} expects {convention} labels "
+            f"({'it shifts them inside its loss' if convention == UNSHIFTED else 'label t is the target of t'}); "
+            "leave labels out and for_model decides"
+        )
+    return convention
 
-    def __init__(self, dataset: Any, lengths: np.ndarray) -> None:
+
+def _seq_len(seq_len: int | None, model: torch.nn.Module | None, lengths: np.ndarray, convention: str) -> int:
+    """The widest input: `seq_len`, else the model's context, else the longest document.
+    Never the recipe's: the tuned model's context says nothing of this one."""
+    context = context_length_of(model) if model is not None else None
+    if seq_len is not None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise UsageError(f"seq_len must be a positive integer, got {seq_len!r}")
+        if context is not None and seq_len > context:
+            raise UsageError(f"seq_len {seq_len} is longer than the model's context {context}")
+        return seq_len
+    if context is not None:
+        return context
+    if model is not None:
+        raise UsageError(f"{type(model).__name__} does not say its context length: pass seq_len=")
+    longest = int(lengths.max()) - (1 if convention == ALIGNED else 0)
+    log.info("recipe.dataloader: seq_len %d, from the longest document (pass seq_len= or for_model=)", longest)
+    return longest
+
+
+class TokenSequences:
+    """A user's dataset as autotune's loader reads it: items as 1-D int64 tensors, `lengths`
+    for planning batches, and `indices` of the items kept (documents too short to train on
+    are left out). Top-level, holding only the dataset and arrays, so DataLoader workers can
+    pickle it (the user's dataset must be picklable too)."""
+
+    def __init__(self, dataset: Any, lengths: np.ndarray, indices: np.ndarray | None = None) -> None:
         self.dataset = dataset
         self.lengths = lengths
+        self.indices = indices
 
     def __len__(self) -> int:
         return len(self.lengths)
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        item = torch.as_tensor(self.dataset[i], dtype=torch.long)
+        index = int(self.indices[i]) if self.indices is not None else i
+        item = torch.as_tensor(self.dataset[index], dtype=torch.long)
         if item.dim() != 1:
             raise UsageError(
-                f"dataset item {i} has shape {tuple(item.shape)}; expected one sequence of token ids (1-D)"
+                f"dataset item {index} has shape {tuple(item.shape)}; expected one sequence of token ids (1-D)"
             )
         return item
+
+
+class KeywordCollate:
+    """Items -> a dict of the model's keyword arguments, right-padded: inputs with
+    PAD_TOKEN_ID, labels with -100 (and `attention_mask` 1/0 on request).
+
+    aligned:   {inputs: x[:-1], labels: x[1:]}, width the longest input rounded up to the bucket
+    unshifted: {inputs: x, labels: x}, as Hugging Face models take them (they shift inside
+               their loss); width the longest item rounded up to the bucket.
+    Packed windows hold seq_len + 1 tokens (consecutive windows share one); unshifted, each
+    keeps its first seq_len, so the stream is cut into disjoint blocks as Hugging Face's
+    run_clm does. Top-level and stateless, so DataLoader workers can pickle it."""
+
+    def __init__(
+        self,
+        seq_len: int,
+        bucket: int,
+        *,
+        convention: str,
+        pad_to_full: bool = False,
+        window: bool = False,
+        keys: tuple[str, str] = ("input_ids", "labels"),
+        attention_mask: bool = False,
+    ) -> None:
+        self.seq_len, self.bucket = seq_len, bucket
+        self.convention, self.pad_to_full, self.window = convention, pad_to_full, window
+        self.keys, self.attention_mask = keys, attention_mask
+
+    def __call__(self, items: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.convention == ALIGNED:
+            pairs = [(item[:-1], item[1:]) for item in items]
+        else:
+            pairs = [(item[: self.seq_len], item[: self.seq_len]) if self.window else (item, item) for item in items]
+        longest = max(len(inputs) for inputs, _ in pairs)
+        if longest > self.seq_len:
+            raise UsageError(f"an item of {longest} inputs exceeds seq_len {self.seq_len}")
+        width = self.seq_len if self.pad_to_full else int(padded_width(longest, self.seq_len, self.bucket))
+        input_ids = torch.full((len(items), width), PAD_TOKEN_ID, dtype=torch.long)
+        labels = torch.full((len(items), width), IGNORE_INDEX, dtype=torch.long)
+        mask = torch.zeros((len(items), width), dtype=torch.long)
+        for row, (inputs, targets) in enumerate(pairs):
+            input_ids[row, : len(inputs)] = inputs
+            labels[row, : len(targets)] = targets
+            mask[row, : len(inputs)] = 1
+        batch = {self.keys[0]: input_ids, self.keys[1]: labels}
+        if self.attention_mask:
+            batch["attention_mask"] = mask
+        return batch
 
 
 def item_lengths(dataset: Any) -> np.ndarray:
@@ -79,22 +201,25 @@ def item_lengths(dataset: Any) -> np.ndarray:
     return np.fromiter((len(dataset[i]) for i in range(len(dataset))), dtype=np.int64, count=len(dataset))
 
 
-def check_lengths(lengths: np.ndarray, seq_len: int | None) -> None:
-    if len(lengths) == 0:
-        raise UsageError("dataset is empty")
-    if seq_len is None or seq_len < 1:
-        raise UsageError(f"seq_len must be a positive integer, got {seq_len!r}")
-    short = np.flatnonzero(lengths < 2)
-    if len(short):
-        raise UsageError(
-            f"dataset item {int(short[0])} has {int(lengths[short[0]])} tokens; each item needs at least 2 "
-            "(inputs are x[:-1], labels x[1:])"
-        )
-    long = np.flatnonzero(lengths > seq_len + 1)
+def check_lengths(
+    lengths: np.ndarray,
+    seq_len: int,
+    convention: str = ALIGNED,
+    *,
+    from_model: bool = False,
+    indices: np.ndarray | None = None,
+) -> None:
+    """Every (kept) document fits the model: seq_len + 1 tokens aligned (inputs x[:-1]),
+    seq_len unshifted (inputs x). `indices`: the dataset index of each length, for the message."""
+    most = seq_len + 1 if convention == ALIGNED else seq_len
+    long = np.flatnonzero(lengths > most)
     if len(long):
+        source = "the model's context" if from_model else "seq_len"
+        index = int(indices[long[0]]) if indices is not None else int(long[0])
         raise UsageError(
-            f"dataset item {int(long[0])} has {int(lengths[long[0]])} tokens, more than seq_len + 1 = "
-            f"{seq_len + 1}; cut documents into pieces of at most seq_len + 1 tokens"
+            f"dataset item {index} has {int(lengths[long[0]])} tokens, more than {source} {seq_len}"
+            + (f" + 1 = {most}" if convention == ALIGNED else "")
+            + f"; cut documents into pieces of at most {most} tokens"
         )
 
 

@@ -106,8 +106,15 @@ class SearchResult:
 
 
 def model_slug(model: str) -> str:
-    name = model.rsplit(":", 1)[-1] if ":" in model else model
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).lstrip(".-") or "model"
+    """The model part of a default study name: `gpt2`, `hf-gpt2`, `hf-<directory name>` for a
+    local config directory, `pkg.mod-factory` for a factory (with its module, so that two
+    modules' `factory` functions do not share a study)."""
+    if model.startswith("hf:"):
+        spec = model[len("hf:") :]
+        name = "hf-" + (Path(spec).name or spec if ("/" in spec or spec.startswith(".")) else spec)
+    else:
+        name = model.replace(":", "-")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip(".-") or "model"
 
 
 def memory_limit(settings: SearchSettings, device: DeviceInfo) -> int:

@@ -1,0 +1,60 @@
+"""What the integrations share: the batch size a token budget becomes, installed versions,
+and quiet construction of a library's objects (they log at length when built)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import logging
+import warnings
+from typing import Iterator
+
+from autotune.errors import UsageError
+from autotune.recipe.recipe import Recipe
+
+
+def recipe_seq_len(recipe: Recipe, seq_len: int | None = None) -> int | None:
+    """`seq_len`, else the sequence length the recipe was measured at (None if it records none)."""
+    if seq_len is not None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise UsageError(f"seq_len must be a positive integer, got {seq_len!r}")
+        return seq_len
+    value = recipe.model.get("seq_len")
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def sequences_per_step(recipe: Recipe, seq_len: int | None = None) -> int:
+    """A fixed batch size for libraries that have no token budget: token_budget // seq_len
+    (at least 1), seq_len being yours or else the recipe's."""
+    length = recipe_seq_len(recipe, seq_len)
+    return max(1, recipe.config.token_budget // length) if length else 1
+
+
+def installed_version(*distributions: str) -> str | None:
+    """The version of the first of `distributions` that is installed, else None."""
+    for name in distributions:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def major_minor(version: str) -> tuple[int, int]:
+    parts = [int("".join(c for c in p if c.isdigit()) or 0) for p in version.split(".")[:2]]
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+
+@contextlib.contextmanager
+def quietly(*loggers: str) -> Iterator[None]:
+    """Construct a library's object for checking without its log lines and warnings."""
+    saved = [(logging.getLogger(name), logging.getLogger(name).level) for name in loggers]
+    for logger, _ in saved:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)

@@ -1,0 +1,233 @@
+"""A recipe as Hugging Face `transformers.TrainingArguments` keyword arguments.
+
+transformers 5 renamed or dropped several fields, so the names follow the installed version:
+
+    recipe                     transformers 5.x                          transformers 4.x
+    padded (length-grouped)    train_sampling_strategy="group_by_length"  group_by_length=True
+    checkpoint_layers          activation_checkpointing=True              gradient_checkpointing=True
+                               activation_checkpointing_kwargs            gradient_checkpointing_kwargs
+    measured on a CPU          use_cpu=True (bf16 on a CPU requires it)   use_cpu=True
+
+Without transformers installed, the 5.x names are used (what pip installs today). With it
+installed, `training_arguments` constructs `TrainingArguments` from the result before
+returning it, so a field the installed version refuses is an error here, not in your script.
+On a machine without the recipe's GPU, the checks only a GPU can pass (bf16 without
+`use_cpu`, tf32) are left out of that construction, and `checked` says so.
+
+    from transformers import Trainer, TrainingArguments
+    from autotune.integrations import hf
+    args = TrainingArguments(output_dir="out", **hf.training_arguments(recipe))
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=hf.data_collator(model))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from autotune.errors import AutotuneError, UsageError
+from autotune.integrations.common import installed_version, quietly, sequences_per_step
+from autotune.recipe.recipe import Recipe
+
+
+@dataclass(frozen=True)
+class Names:
+    """The TrainingArguments fields that differ between transformers versions."""
+
+    group_by_length: tuple[str, Any]  # (field, value that turns length grouping on)
+    checkpointing: str
+    checkpointing_kwargs: str
+
+    @classmethod
+    def for_fields(cls, fields: set[str] | None) -> "Names":
+        """From the installed TrainingArguments' fields, or the latest names when None."""
+        new = fields is None or "train_sampling_strategy" in fields
+        grouping = ("train_sampling_strategy", "group_by_length") if new else ("group_by_length", True)
+        renamed = fields is None or "activation_checkpointing" in fields
+        return cls(
+            group_by_length=grouping,
+            checkpointing="activation_checkpointing" if renamed else "gradient_checkpointing",
+            checkpointing_kwargs="activation_checkpointing_kwargs" if renamed else "gradient_checkpointing_kwargs",
+        )
+
+
+def transformers_version() -> str | None:
+    return installed_version("transformers")
+
+
+def training_arguments(
+    recipe: Recipe, *, seq_len: int | None = None, model_applied: bool = False, check: bool = True
+) -> dict[str, Any]:
+    """`TrainingArguments` keyword arguments closest to the recipe, in the installed
+    transformers' field names (output_dir and the training length are yours to add).
+
+    seq_len: the length of your sequences, for the batch size token_budget // seq_len
+    (default: the recipe's). model_applied: True when you called recipe.apply_to_model(model)
+    (the recipe's exact blocks checkpointed, each block compiled): the arguments then leave
+    checkpointing and compile off, which Trainer would otherwise apply to the whole model
+    again. check: construct TrainingArguments from the result first (when transformers is
+    installed); an argument it refuses raises AutotuneError."""
+    return checked_training_arguments(recipe, seq_len=seq_len, model_applied=model_applied, check=check)[0]
+
+
+def checked_training_arguments(
+    recipe: Recipe, *, seq_len: int | None = None, model_applied: bool = False, check: bool = True
+) -> tuple[dict[str, Any], str]:
+    """`training_arguments`, and one line saying which version's names they are and what checked them."""
+    fields = _installed_fields()
+    args = _arguments(recipe, Names.for_fields(fields), seq_len=seq_len, model_applied=model_applied)
+    if fields is None:
+        return args, "transformers is not installed here: field names of transformers 5.x, not checked"
+    said = f"field names of transformers {transformers_version()} (installed)"
+    return args, (f"{said}; {check_training_arguments(args)}" if check else said)
+
+
+def _arguments(recipe: Recipe, names: Names, *, seq_len: int | None, model_applied: bool) -> dict[str, Any]:
+    cfg = recipe.config
+    args: dict[str, Any] = {
+        "per_device_train_batch_size": sequences_per_step(recipe, seq_len),
+        "dataloader_num_workers": cfg.num_workers,
+        "dataloader_pin_memory": cfg.pin_memory,  # TrainingArguments' default is True: always say it
+        "dataloader_persistent_workers": cfg.persistent_workers,
+        "bf16": cfg.amp_dtype == "bfloat16",
+        "fp16": cfg.amp_dtype == "float16",
+    }
+    if cfg.num_workers > 0 and cfg.prefetch_factor is not None:
+        args["dataloader_prefetch_factor"] = cfg.prefetch_factor  # refused without workers
+    if cfg.amp_dtype == "tf32":
+        args["tf32"] = True  # only when asked: tf32=False would switch off a TF32 the script set itself
+    if not model_applied and cfg.compile_mode != "none":
+        args["torch_compile"] = True
+        args["torch_compile_mode"] = cfg.compile_mode
+    if not model_applied and cfg.checkpoint_layers:
+        args[names.checkpointing] = True
+        args[names.checkpointing_kwargs] = {"use_reentrant": False}  # as the recipe measured it
+    if cfg.batching == "padded":
+        field, value = names.group_by_length
+        args[field] = value
+    if recipe.hardware.get("kind") == "cpu":
+        args["use_cpu"] = True  # transformers refuses bf16 on a CPU without it
+    return args
+
+
+def _installed_fields() -> set[str] | None:
+    if transformers_version() is None:
+        return None
+    from transformers import TrainingArguments
+
+    return {f.name for f in dataclasses.fields(TrainingArguments)}
+
+
+def check_training_arguments(args: dict[str, Any]) -> str:
+    """Construct `TrainingArguments(**args)` with the installed transformers; return what was
+    checked, in one line. Without CUDA here, the GPU-only checks are left out (use_cpu=True
+    is added, tf32 dropped): field names and every other value are still checked."""
+    version = transformers_version()
+    if version is None:
+        raise UsageError("checking TrainingArguments needs transformers: pip install transformers")
+    import torch
+    from transformers import TrainingArguments
+
+    unknown = sorted(set(args) - {f.name for f in dataclasses.fields(TrainingArguments)})
+    if unknown:
+        raise AutotuneError(f"transformers {version} has no TrainingArguments field {unknown[0]!r}")
+    probe = dict(args)
+    skipped = ""
+    if not torch.cuda.is_available() and not probe.get("use_cpu"):
+        probe["use_cpu"] = True
+        if probe.pop("tf32", None):
+            skipped = "; tf32 not checked (no CUDA here)"
+        skipped = skipped or "; GPU-only checks skipped (no CUDA here)"
+    with tempfile.TemporaryDirectory() as out, quietly("transformers", "accelerate"), _no_side_effects():
+        try:
+            TrainingArguments(output_dir=out, **probe)
+        except (ValueError, TypeError, ImportError) as exc:
+            raise AutotuneError(f"transformers {version} refuses these TrainingArguments: {exc}") from None
+    return f"checked: transformers {version} accepts these TrainingArguments{skipped}"
+
+
+@contextlib.contextmanager
+def _no_side_effects() -> Iterator[None]:
+    """Constructing TrainingArguments is not pure: it writes ACCELERATE_* environment variables
+    (with torch_compile, ACCELERATE_DYNAMO_BACKEND makes every later Trainer in the process
+    compile its model) and sets up accelerate's process-wide device state. A check leaves the
+    process as it found it, so the user's own TrainingArguments decide."""
+    environ = dict(os.environ)
+    try:
+        from accelerate.state import PartialState
+    except ImportError:  # transformers then refuses to build TrainingArguments itself
+        PartialState = None
+    was_set_up = PartialState is not None and bool(PartialState._shared_state)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        if PartialState is not None and not was_set_up:
+            PartialState._reset_state()
+
+
+def notes(recipe: Recipe, args: dict[str, Any]) -> list[str]:
+    """What TrainingArguments cannot express, one sentence a line."""
+    cfg = recipe.config
+    lines = []
+    if cfg.checkpoint_layers:
+        n_layer = recipe.model.get("n_layer")
+        lines += [
+            f"The recipe checkpoints blocks {list(cfg.checkpoint_layers)}{f' of {n_layer}' if n_layer else ''} only; "
+            "TrainingArguments checkpoints every block, recomputing more.",
+            "For exactly these blocks, call recipe.apply_to_model(model) and "
+            "hf.training_arguments(recipe, model_applied=True).",
+        ]
+    if cfg.compile_mode != "none":
+        lines.append("The recipe compiles each block; Trainer's torch_compile compiles the whole model.")
+    lines.append('Attention: load the model with attn_implementation="sdpa" (PyTorch scaled_dot_product_attention).')
+    if cfg.batching == "padded":
+        lines.append(
+            f"The recipe batches by token budget ({cfg.token_budget} tokens a step, padding included); "
+            "grouping by length at a fixed batch size is the closest TrainingArguments comes."
+        )
+    elif cfg.batching == "packed":
+        lines.append("The recipe packs documents into full windows (no padding): pack the dataset before training.")
+    if cfg.sdpa_backend != "auto":
+        lines.append(
+            f"The recipe forces the {cfg.sdpa_backend} SDPA backend, which no argument sets: wrap trainer.train() "
+            "in torch.nn.attention.sdpa_kernel (see below)."
+        )
+    return lines
+
+
+class DataCollator:
+    """Pads Trainer's features into the batches autotune measures: `input_ids` and `labels`
+    (unshifted, -100 at pads, as Hugging Face models take them), right-padded to the longest
+    item rounded up to a multiple of 16 (64 from a context of 256), so torch.compile sees few
+    shapes. A feature is a dict with "input_ids" or a plain sequence of token ids. No
+    attention mask: with right padding and causal attention it changes no loss, and given
+    one a Hugging Face model cannot use SDPA's is_causal (flash) kernels."""
+
+    def __init__(self, seq_len: int) -> None:
+        from autotune.data.batching import default_bucket
+        from autotune.model.contract import UNSHIFTED
+        from autotune.recipe.training import KeywordCollate
+
+        self.collate = KeywordCollate(seq_len, default_bucket(seq_len), convention=UNSHIFTED)
+
+    def __call__(self, features: Sequence[Any]) -> dict[str, Any]:
+        import torch
+
+        items = [torch.as_tensor(f["input_ids"] if isinstance(f, dict) else f, dtype=torch.long) for f in features]
+        return self.collate(items)
+
+
+def data_collator(model: Any = None, *, seq_len: int | None = None) -> DataCollator:
+    """A `DataCollator` for Trainer, for `model`'s context (or `seq_len`)."""
+    from autotune.model.introspect import context_length_of
+
+    length = seq_len or (context_length_of(model) if model is not None else None)
+    if not length:
+        raise UsageError("data_collator: give the model (its context is the longest sequence) or seq_len=")
+    return DataCollator(int(length))

@@ -1,0 +1,105 @@
+"""A recipe as Lightning `Trainer` and DataLoader keyword arguments.
+
+Lightning 2.x names precisions "bf16-mixed", "16-mixed" and "32-true" (1.x said "bf16", 16,
+32); the names follow the installed version (`lightning` or `pytorch_lightning`), 2.x when
+neither is installed. With Lightning installed, `trainer_kwargs` constructs a `Trainer` from
+the result before returning it.
+
+    import lightning
+    from autotune.integrations import lightning as autotune_lightning
+    trainer = lightning.Trainer(max_steps=1000, **autotune_lightning.trainer_kwargs(recipe))
+    trainer.fit(module, train_dataloaders=recipe.dataloader(dataset, for_model=module.model))
+
+The recipe's own batches (token budget, length grouping) come from `recipe.dataloader`; for a
+DataLoader of your own, `dataloader_kwargs(recipe)` gives its workers, prefetch and pinning.
+Checkpointing and compile go in `LightningModule.configure_model`: `recipe.apply_to_model(self.model)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.errors import AutotuneError, UsageError
+from autotune.integrations.common import installed_version, major_minor, quietly, sequences_per_step
+from autotune.recipe.recipe import Recipe
+
+_PRECISION_2 = {"bfloat16": "bf16-mixed", "float16": "16-mixed", "float32": "32-true", "tf32": "32-true"}
+_PRECISION_1 = {"bfloat16": "bf16", "float16": 16, "float32": 32, "tf32": 32}
+
+
+def lightning_version() -> str | None:
+    return installed_version("lightning", "pytorch_lightning", "pytorch-lightning")
+
+
+def trainer_kwargs(recipe: Recipe, *, check: bool = True) -> dict[str, Any]:
+    """`Trainer` keyword arguments closest to the recipe: its precision. tf32 has no Trainer
+    argument: call torch.set_float32_matmul_precision("high") (see `notes`). check: construct
+    a Trainer from them first (when Lightning is installed)."""
+    return checked_trainer_kwargs(recipe, check=check)[0]
+
+
+def checked_trainer_kwargs(recipe: Recipe, *, check: bool = True) -> tuple[dict[str, Any], str]:
+    """`trainer_kwargs`, and one line saying which version's names they are and what checked them."""
+    version = lightning_version()
+    table = _PRECISION_1 if version and major_minor(version)[0] < 2 else _PRECISION_2
+    kwargs: dict[str, Any] = {"precision": table[recipe.config.amp_dtype]}
+    if version is None:
+        return kwargs, "Lightning is not installed here: Lightning 2.x names, not checked"
+    said = f"Lightning {version} (installed)"
+    return kwargs, (f"{said}; {check_trainer_kwargs(kwargs)}" if check else said)
+
+
+def dataloader_kwargs(recipe: Recipe, *, seq_len: int | None = None) -> dict[str, Any]:
+    """`torch.utils.data.DataLoader` keyword arguments: batch_size token_budget // seq_len
+    (yours, else the recipe's), workers, prefetch, pinning, persistent workers."""
+    cfg = recipe.config
+    return {
+        "batch_size": sequences_per_step(recipe, seq_len),
+        "num_workers": cfg.num_workers,
+        "pin_memory": cfg.pin_memory,
+        "prefetch_factor": cfg.prefetch_factor if cfg.num_workers > 0 else None,
+        "persistent_workers": cfg.persistent_workers,
+    }
+
+
+def check_trainer_kwargs(kwargs: dict[str, Any]) -> str:
+    """Construct `Trainer(**kwargs)` with the installed Lightning (no logger, no checkpoint
+    callback: nothing is written); return what was checked, in one line."""
+    version = lightning_version()
+    if version is None:
+        raise UsageError("checking Trainer arguments needs Lightning: pip install lightning")
+    try:
+        import lightning as pl
+    except ImportError:
+        import pytorch_lightning as pl  # type: ignore[no-redef]
+    quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    with quietly("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric"):
+        try:
+            pl.Trainer(**kwargs, **quiet)
+        except Exception as exc:  # Lightning raises its own MisconfigurationException, among others
+            raise AutotuneError(f"Lightning {version} refuses these Trainer arguments: {exc}") from None
+    return f"checked: Lightning {version} accepts these Trainer arguments"
+
+
+def notes(recipe: Recipe) -> list[str]:
+    """What Trainer and DataLoader arguments cannot express, one sentence a line."""
+    cfg = recipe.config
+    lines = []
+    if cfg.amp_dtype == "tf32":
+        lines.append('tf32: float32 weights, TF32 tensor-core matmuls: torch.set_float32_matmul_precision("high").')
+    if cfg.batching != "fixed":
+        lines.append(
+            "For the recipe's own batches (token budget, length grouping or packing), pass "
+            "recipe.dataloader(dataset, for_model=model) to trainer.fit instead of a DataLoader."
+        )
+    if cfg.checkpoint_layers or cfg.compile_mode != "none":
+        lines.append(
+            "Checkpointing and compile: call recipe.apply_to_model(self.model) in LightningModule.configure_model "
+            "(the recipe's blocks checkpointed, then each block compiled)."
+        )
+    if cfg.sdpa_backend != "auto":
+        lines.append(
+            f"The recipe forces the {cfg.sdpa_backend} SDPA backend: wrap trainer.fit in "
+            "torch.nn.attention.sdpa_kernel (see below)."
+        )
+    return lines

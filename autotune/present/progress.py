@@ -1,0 +1,113 @@
+"""A running search as people follow it: trial i of N, the elapsed time, an estimate of what
+is left, and the best so far. State and text only (the command line draws it); the clock is
+a parameter, so the figures are testable. Torch-free, like all of `present`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from autotune.present.summaries import trial_line, trial_unstable
+from autotune.present.text import config_summary, flag_unstable, format_rate
+
+
+def format_duration(seconds: float) -> str:
+    """12 s -> 0:12, 125 s -> 2:05, 3725 s -> 1:02:05."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class SearchProgress:
+    """Where a search stands. `n_trials` is this invocation's (a resumed study's trial
+    numbers go on from where it was); `timeout_s` the search's --timeout, if any."""
+
+    def __init__(
+        self, n_trials: int, timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.n_trials = n_trials
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.start = clock()
+        self.started = 0  # trials started in this invocation
+        self.finished = 0
+        self.durations: list[float] = []
+        self.running: tuple[int, dict[str, Any], float] | None = None  # number, config, start
+        self.best: tuple[int, float, bool] | None = None  # number, tokens/s, unstable
+        self.phase = "preparing: checking the model, the device and the storage"
+
+    # --- events ---------------------------------------------------------------------------
+
+    def trial_started(self, number: int, config: dict[str, Any]) -> None:
+        self.started += 1
+        self.running = (number, config, self.clock())
+        self.phase = ""
+
+    def trial_finished(self, trial: Any, summary: Any) -> None:
+        if self.running is not None:
+            self.durations.append(self.clock() - self.running[2])
+        self.running = None
+        self.finished += 1
+        best = getattr(summary, "best", None)
+        if best is not None:
+            self.best = (best.number, best.user_attrs.get("tokens_per_sec") or 0.0, trial_unstable(best))
+
+    def confirming(self, number: int) -> None:
+        self.running = None
+        self.phase = f"confirming the best, #{number}, with one more run"
+
+    # --- figures ----------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start
+
+    def remaining(self) -> float | None:
+        """Seconds left: the mean trial so far times the trials to go, less what the running
+        one has done; never past --timeout. None until a trial has finished (no basis yet)."""
+        if not self.durations:
+            return None if self.timeout_s is None else max(0.0, self.timeout_s - self.elapsed())
+        mean = sum(self.durations) / len(self.durations)
+        to_go = max(0, self.n_trials - self.finished)
+        left = to_go * mean
+        if self.running is not None:
+            left -= min(mean, self.clock() - self.running[2])
+        left = max(0.0, left)
+        if self.timeout_s is not None:
+            left = min(left, max(0.0, self.timeout_s - self.elapsed()) + (mean if self.running else 0.0))
+        return left
+
+    # --- text -------------------------------------------------------------------------------
+
+    def counter(self) -> str:
+        """ "trial 3/12": the running trial's place in this invocation."""
+        return f"trial {self.started}/{self.n_trials}"
+
+    def _times(self) -> str:
+        left = self.remaining()
+        estimate = f"~{format_duration(left)} left" if left is not None else "estimate after the first trial"
+        return f"{format_duration(self.elapsed())} elapsed, {estimate}"
+
+    def _best(self) -> str:
+        if self.best is None:
+            return "no best yet"
+        number, rate, unstable = self.best
+        return f"best {flag_unstable(format_rate(rate), unstable)} tok/s (#{number})"
+
+    def status_line(self) -> str:
+        """The live line: what runs now, the times and the best so far."""
+        if self.running is not None:
+            number, config, began = self.running
+            now = f"{self.counter()} (#{number}, {format_duration(self.clock() - began)}): {config_summary(config)}"
+        else:
+            now = self.phase or f"{self.finished}/{self.n_trials} trials done"
+        return f"{now} | {self._times()} | {self._best()}"
+
+    def finished_line(self, trial: Any) -> str:
+        """One line per finished trial (also where there is no terminal: logs, CI)."""
+        return f"[{self.finished}/{self.n_trials} {self._times()}; {self._best()}] {trial_line(trial)}"
+
+    def opening_line(self, what: str) -> str:
+        return f"search {what}: {self.n_trials} trial{'s' if self.n_trials != 1 else ''}" + (
+            f", at most {format_duration(self.timeout_s)}" if self.timeout_s else ""
+        )
