@@ -19,11 +19,11 @@ Format `autotune.recipe` version 1 (JSON; YAML is accepted on load, safe loader 
 In a training script (the recipe applies itself; see `Recipe.dataloader` for the dataset contract):
 
     recipe = autotune.Recipe.load("recipes/gpt2-nvidia-h200.json")
-    model = recipe.apply_to_model(model)        # checkpoint the chosen blocks, then compile
+    model = recipe.apply_to_model(model)        # TF32 if chosen; checkpoint the chosen blocks, then compile
     loader = recipe.dataloader(dataset)         # workers, prefetch, pinning, token-budget batches
     scaler = recipe.grad_scaler()               # enabled only for float16
     for input_ids, labels in loader:
-        with recipe.autocast():                 # AMP dtype (or TF32) and the forced SDPA backend
+        with recipe.autocast():                 # the AMP dtype and the forced SDPA backend
             loss = model(input_ids.to(device), labels.to(device))
         scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
 
@@ -157,13 +157,18 @@ class Recipe:
     ) -> "torch.nn.Module":
         """Apply the model-side knobs to `model`, in place, and return it: activation
         checkpointing of the recipe's blocks, then per-block torch.compile (the one order,
-        see `autotune.knobs`). Works on any model whose blocks sit in one ModuleList at
+        see `autotune.knobs`). A tf32 recipe also turns TF32 on here, process-wide, as it was
+        measured: for the whole step (forward, backward, optimizer and the kernels compile
+        generates), not just inside `autocast()`. Works on any model whose blocks sit in one ModuleList at
         transformer.h, model.layers, layers, blocks (and a few more), or at `block_path`
         ("stack", "encoder.layer"). A block index beyond the model's count is a UsageError:
         the recipe was made for a deeper model. `device`: move the model there first, so
         compile sees the parameters where they will live. State-dict keys do not change."""
         from autotune.knobs.apply import apply_model_knobs
+        from autotune.knobs.precision import set_tf32
 
+        if self.config.amp_dtype == "tf32":
+            set_tf32(True)
         if device is not None:
             model.to(device)
         return apply_model_knobs(model, self.config, block_path)
@@ -208,12 +213,16 @@ class Recipe:
         )
 
     def autocast(self, device_type: str | None = None) -> "contextlib.AbstractContextManager[None]":
-        """What each forward pass runs under: autocast to the recipe's AMP dtype (or TF32
-        matmuls) and the forced SDPA backend. device_type: "cuda" when CUDA is available,
-        else "cpu"."""
-        from autotune.knobs.precision import training_context
+        """What each forward pass runs under: autocast to the recipe's AMP dtype and the forced
+        SDPA backend. A tf32 recipe turns TF32 on for the process here too (as
+        `apply_to_model` does), and leaves it on when the block ends: the backward pass and
+        the optimizer step that follow it are two thirds of the step's matmuls.
+        device_type: "cuda" when CUDA is available, else "cpu"."""
+        from autotune.knobs.precision import set_tf32, training_context
         from autotune.recipe.training import device_kind
 
+        if self.config.amp_dtype == "tf32":
+            set_tf32(True)
         return training_context(device_kind(device_type), self.config)
 
     def grad_scaler(self, device_type: str | None = None) -> "torch.amp.GradScaler":
