@@ -100,6 +100,7 @@ class FakeMachine:
     nvml_version: str = "12.570.124.06"
     container: bool = False  # NVML lists this process under a host PID, never os.getpid()
     context_bytes: int = 600 * MiB
+    nvml: bool = True  # False: libnvidia-ml cannot be loaded (a driver without it, a bare container)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -738,7 +739,7 @@ def install(machine: FakeMachine, setattr_: Callable[..., None]) -> FakeCuda:
 
     cuda = FakeCuda(machine)
     lib = FakeNvmlLib(machine, cuda)
-    setattr_(pynvml, "nvmlLib", lib)
+    setattr_(pynvml, "nvmlLib", lib if machine.nvml else None)  # None: pynvml looks for the real library
     setattr_(pynvml, "_nvmlGetFunctionPointer_cache", {})
     setattr_(autotune.device.nvml, "_nvml_state", {"ok": None})
     setattr_(autotune.device.info, "_order_warned", [], raising=False)

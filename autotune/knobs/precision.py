@@ -64,26 +64,12 @@ def grad_scaler(device_kind: str, amp_dtype: str) -> torch.amp.GradScaler:
 _CUDNN_OPS = ("conv", "rnn")
 
 
-def matmul_precision(amp_dtype: str) -> str:
-    """torch's float32 matmul precision for an AMP dtype: "high" (TF32 tensor cores) for tf32,
-    "highest" (true float32) for the rest; float16/bfloat16 matmuls are not affected, only
-    what runs in float32 outside autocast."""
-    return "high" if amp_dtype == "tf32" else "highest"
-
-
 def set_tf32(enabled: bool) -> None:
     """TF32 on or off for float32 matmuls and cuDNN convolutions, process-wide, through the
     API torch 2.13 and its inductor both read consistently (see the module docstring)."""
     torch.set_float32_matmul_precision("high" if enabled else "highest")
     for op in _CUDNN_OPS:
         getattr(torch.backends.cudnn, op).fp32_precision = "tf32" if enabled else "ieee"
-
-
-def tf32_enabled() -> bool:
-    """Whether float32 matmuls on CUDA run in TF32 now (never raises, whichever API set it)."""
-    return torch.backends.cuda.matmul.fp32_precision == "tf32" or (
-        torch.backends.cuda.matmul.fp32_precision == "none" and _legacy_matmul_precision() in ("high", "medium")
-    )
 
 
 def _legacy_matmul_precision() -> str | None:

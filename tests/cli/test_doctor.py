@@ -66,6 +66,19 @@ def test_doctor_on_a_gpu_in_a_container(monkeypatch):
     assert code == 1 and any("every compiled trial would crash" in p for p in report["problems"])
 
 
+def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile):
+    mig = FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")
+    with fake_gpu_machine(monkeypatch, FakeMachine([FakeGpu(migs=[mig])]), visible=mig.uuid):
+        code, report = doctor("--json")
+        _, text = doctor()
+    assert code == 0, report["problems"]
+    assert report["device"]["name"] == "NVIDIA H200 MIG 1g.18gb" and report["device"]["mig"] == "a MIG instance"
+    assert report["memory"]["in_container"] is False and report["memory"]["source"] == "nvml-process"
+    assert report["peak_flops"]["by_dtype"] is None and "MIG instance" in report["peak_flops"]["source"]
+    assert f"NVML lists this process (PID {os.getpid()}): its per-process figure" in text
+    assert "  MIG                   a MIG instance" in text and "  container             no" in text
+
+
 def test_doctor_names_a_mig_gpu_handed_whole_as_the_problem(monkeypatch, quick_compile):
     machine = FakeMachine([FakeGpu(migs=[FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")])])
     with fake_gpu_machine(monkeypatch, machine):

@@ -26,6 +26,28 @@ def test_a_mig_instance_named_in_cuda_visible_devices_is_the_device(monkeypatch,
     assert info.total_memory_bytes == 71 * GiB and info.compute_capability == "9.0"
 
 
+GPU_B = "GPU-0b0b0b0b-0000-4000-8000-000000000002"
+PLAIN = FakeMachine([FakeGpu(), FakeGpu(uuid=GPU_B, name="NVIDIA L4", mig_capable=False)])
+
+
+@pytest.mark.parametrize(
+    "visible, expected",
+    [
+        (None, [FakeGpu().uuid, GPU_B]),  # every GPU, in NVML's (PCI bus) order
+        ("1,0", [GPU_B, FakeGpu().uuid]),  # indices, in the order given
+        ("GPU-0b0b,0", [GPU_B, FakeGpu().uuid]),  # a UUID prefix, as CUDA accepts
+        ("0b0b0b0b", [GPU_B]),  # a UUID without its GPU- prefix
+        ("1,7,0", [GPU_B]),  # CUDA stops at the first invalid entry
+        ("GPU-0,1", []),  # a prefix of both: ambiguous, invalid
+        ("", []),
+    ],
+)
+def test_cuda_visible_devices_is_read_as_cuda_reads_it(monkeypatch, visible, expected):
+    with fake_gpu_machine(monkeypatch, PLAIN, visible=visible) as cuda:
+        assert visible_gpu_uuids() == expected
+        assert [u.uuid for u in cuda.enumerate()] == expected  # the fake's CUDA agrees
+
+
 def test_a_measurement_on_a_mig_instance(monkeypatch):
     with fake_gpu_machine(monkeypatch, MIG_MACHINE, visible=MIG_A.uuid) as cuda:
         m = measure(

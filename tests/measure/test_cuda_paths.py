@@ -78,7 +78,13 @@ def test_a_cuda_index_beyond_the_visible_gpus_is_a_usage_error(gpus):
 def test_bench_in_its_own_process_measures_the_gpu_it_describes(monkeypatch):
     """CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID; NVML by PCI bus.
     Trials get the variable from their runner; bench measures in the command's process."""
-    a10 = FakeGpu(name="NVIDIA A10", uuid="GPU-a10a10a1-0000-4000-8000-000000000000", capability=(8, 6), speed=1)
+    a10 = FakeGpu(
+        name="NVIDIA A10",
+        uuid="GPU-a10a10a1-0000-4000-8000-000000000000",
+        capability=(8, 6),
+        speed=1,
+        mig_capable=False,
+    )
     machine = FakeMachine([a10, FakeGpu(speed=10)])
     with fake_gpu_machine(monkeypatch, machine) as cuda:
         args = ["bench", "--device", "cuda:0", "--steps", "2", "--warmup", "0", "--min-time", "0", "--json"]
@@ -134,6 +140,22 @@ def test_a_limit_below_the_cuda_context_is_oom_with_its_reason(gpus):
         "out of memory: the memory limit 512.00 MiB leaves nothing for tensors once the CUDA context and "
         "libraries take 600.00 MiB"
     )
+
+
+def test_without_nvml_the_gpu_is_described_by_torch_and_memory_read_from_the_allocator(monkeypatch, caplog):
+    machine = FakeMachine(nvml=False)
+    with caplog.at_level("WARNING", logger="autotune.device.nvml"), fake_gpu_machine(monkeypatch, machine) as cuda:
+        cuda.on_sync.append(grow(1 * GiB, 200 * MiB))
+        device = resolve_device("auto")
+        m = measure(RunSpec(device=device, **SPEC), CFG)
+    assert device == "cuda:0" and m.outcome == "ok", m.reason
+    assert m.device["name"] == "NVIDIA H200" and m.device["uuid"] == FakeGpu().uuid and m.device["driver"] is None
+    # Said once: the allocator's figure misses the context and the libraries.
+    assert (m.peak_memory_source, m.peak_memory_bytes) == ("allocator-reserved", 1 * GiB)
+    assert [r.getMessage() for r in caplog.records if "NVML unavailable" in r.getMessage()] == [
+        "NVML unavailable (NVML Shared Library Not Found): memory figures come from torch's allocator"
+    ]
+    assert m.gpu_utilization is None
 
 
 # --- profile, verify, --devices ------------------------------------------------------------------
