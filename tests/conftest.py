@@ -4,7 +4,7 @@ user-style model factory `tests.fixture_models:make_llama` imports the way `auto
 search, a script or a server, each made once for the whole session and shared by the modules
 that read it:
 
-    gpu_check_run        benchmarks/gpu_check.sh run to its end (a dry run without a GPU)
+    gpu_check_run        benchmarks/gpu_check.sh --skip-confirm run to its end (a dry run without a GPU)
     searched             `autotune search` through the CLI: two references, two sampled trials
     compare_studies      a copy of it as study "a", and "b" warm-started from it
     journal_two_workers  two `autotune search` processes on one journal file
@@ -291,7 +291,9 @@ def _gpu_check_run(bg: Background, request, tmp_path_factory) -> Callable[[], tu
     def job() -> tuple[subprocess.CompletedProcess, Path]:
         env = {**os.environ, "OUT": str(out)}
         env.pop("AUTOTUNE_WHEELS", None)
-        return finish(bg.popen(["bash", str(ROOT / "benchmarks" / "gpu_check.sh")], cwd=ROOT, env=env)), out
+        return finish(
+            bg.popen(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--skip-confirm"], cwd=ROOT, env=env)
+        ), out
 
     return job
 

@@ -18,6 +18,7 @@ import click
 from autotune._version import __version__
 from autotune.cli._options import CONTEXT_SETTINGS
 from autotune.cli.bench import bench
+from autotune.cli.doctor import doctor
 from autotune.cli.recipes import export, profile, verify
 from autotune.cli.search import search
 from autotune.cli.studies import compare, dashboard, report, show
@@ -57,5 +58,5 @@ def main(verbose: bool) -> None:
     )
 
 
-for _command in (bench, search, show, export, verify, profile, compare, report, dashboard):
+for _command in (bench, search, show, export, verify, profile, compare, report, dashboard, doctor):
     main.add_command(_command)

@@ -213,6 +213,24 @@ def build_dataloader(
     )
 
 
+def distinct_batch_shapes(loader: DataLoader) -> list[tuple[int, int]] | None:
+    """Every (batch size, width) the loader's batches take, widest first: the same set every
+    epoch (length-grouped cuts depend only on the sorted widths; fixed and packed batches
+    have one shape). None when the loader is not one `build_dataloader` made with our collate."""
+    sampler, collate = getattr(loader, "batch_sampler", None), getattr(loader, "collate_fn", None)
+    if not isinstance(collate, PadCollate):
+        return None
+    if isinstance(sampler, TokenBudgetBatchSampler):
+        order = np.argsort(-sampler.widths, kind="stable")
+        cuts = _greedy_batches(order, sampler.widths, sampler.token_budget)
+        shapes = {(len(batch), int(sampler.widths[batch].max())) for batch in cuts}
+    elif isinstance(sampler, FixedBatchSampler) and collate.pad_to_full:
+        shapes = {(sampler.batch_size, collate.seq_len)}
+    else:
+        return None
+    return sorted(shapes, key=lambda shape: (-shape[1], -shape[0]))
+
+
 # ------------------------------------------------------------------------ padding figures
 
 

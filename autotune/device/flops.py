@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-# Dense (no sparsity) peak FLOP/s by device name fragment and compute dtype. Each entry cites
-# its source. Order matters: the first fragment found in the device name wins.
+from dataclasses import dataclass
+
+# Dense (no sparsity) peak FLOP/s by device name fragment and compute dtype, as NVML and
+# torch name the cards ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H100 80GB HBM3"). Each entry
+# cites its source; datasheets give tensor-core figures "with sparsity", halved here. Order
+# matters: the first fragment found in the device name wins, so the NVL and PCIe cards (lower
+# clocks and power) come before the SXM entry their names also contain.
 PEAK_FLOPS: list[tuple[str, dict[str, float], str]] = [
+    (
+        "H200 NVL",
+        {"bfloat16": 835.5e12, "float16": 835.5e12, "tf32": 417.5e12, "float32": 60e12},
+        "NVIDIA H200 datasheet, H200 NVL column (1,671 TFLOPS BF16 with sparsity), dense",
+    ),
     (
         "H200",
         {"bfloat16": 989e12, "float16": 989e12, "tf32": 494.5e12, "float32": 66.9e12},
         "NVIDIA H200 datasheet (SXM), same tensor cores as H100 SXM; dense, without sparsity",
+    ),
+    (
+        "H100 NVL",
+        {"bfloat16": 835.5e12, "float16": 835.5e12, "tf32": 417.5e12, "float32": 60e12},
+        "NVIDIA H100 datasheet, H100 NVL column per GPU (1,671 TFLOPS BF16 with sparsity), dense",
     ),
     (
         "H100 PCIe",
@@ -44,10 +59,35 @@ PEAK_FLOPS: list[tuple[str, dict[str, float], str]] = [
     ("V100", {"float16": 125e12, "float32": 15.7e12}, "NVIDIA V100 datasheet (SXM2), dense"),
 ]
 
+# NVML names a MIG instance "<card> MIG <profile>" ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"). A
+# slice has a fraction of the card's SMs, and not a fixed one (1g of an H100 SXM is 16 of
+# 132 SMs, not 1/7): the card's peak would overstate MFU several times, so none is given.
+MIG_MARK = " MIG "
+
+
+@dataclass(frozen=True)
+class PeakFlops:
+    """What MFU divides by on a device: the dense peak per dtype (None: unknown) and why."""
+
+    by_dtype: dict[str, float] | None
+    source: str
+
+    def get(self, amp_dtype: str) -> float | None:
+        return self.by_dtype.get(amp_dtype) if self.by_dtype else None
+
+
+def peak_flops_entry(device_name: str) -> PeakFlops:
+    """The table's entry for this device name; when there is none, `by_dtype` is None and
+    `source` says why."""
+    if MIG_MARK in f" {device_name} ":
+        return PeakFlops(None, "a MIG instance: the whole card's peak does not apply, so MFU is not reported")
+    for fragment, by_dtype, source in PEAK_FLOPS:
+        if fragment in device_name:
+            return PeakFlops(dict(by_dtype), source)
+    return PeakFlops(None, f"{device_name!r} is not in the peak-FLOPs table (autotune/device/flops.py)")
+
 
 def peak_flops(device_name: str, amp_dtype: str) -> float | None:
-    """Peak FLOP/s of this device in the dtype the matmuls run in; None when unknown (CPUs)."""
-    for fragment, by_dtype, _source in PEAK_FLOPS:
-        if fragment in device_name:
-            return by_dtype.get(amp_dtype)
-    return None
+    """Peak FLOP/s of this device in the dtype the matmuls run in; None when unknown (CPUs,
+    MIG instances, cards missing from the table)."""
+    return peak_flops_entry(device_name).get(amp_dtype)

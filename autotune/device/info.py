@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from autotune.device.nvml import load_nvml, text, visible_gpu_uuids
+from autotune.device.nvml import load_nvml, nvml_handle, text, visible_gpu_uuids
 from autotune.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -69,16 +69,59 @@ def describe(device: str) -> DeviceInfo:
     """Facts about `cpu`, `cuda` or `cuda:N`, for study attrs, recipes and support rules."""
     if device == "cpu":
         return DeviceInfo(kind="cpu", name=cpu_name(), torch=_torch_version())
-    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    pin_cuda_device_order()
+    index = cuda_index(device)
     info = _describe_cuda_nvml(index)
     return info if info is not None else _describe_cuda_torch(index)
 
 
+def cuda_index(device: str) -> int:
+    """N of `cuda:N`; `cuda` alone is device 0, the device a fresh process starts on."""
+    _kind, _, index = device.partition(":")
+    return int(index) if index else 0
+
+
 def resolve_device(device: str) -> str:
-    """`auto` -> `cuda` when a GPU is visible (through NVML, not a CUDA context), else `cpu`."""
-    if device != "auto":
-        return device
-    return "cuda" if visible_gpu_count() > 0 else "cpu"
+    """`auto` -> `cuda:0` when a GPU is visible (through NVML, not a CUDA context), else `cpu`;
+    `cuda` -> `cuda:0`; `cuda:N` checked against the visible devices. A resolved CUDA device
+    always carries its index: torch.cuda.set_device and set_per_process_memory_fraction
+    refuse an index-less torch.device("cuda")."""
+    name = device.strip()
+    if name == "cpu":
+        return name
+    if name == "auto":
+        if visible_gpu_count() > 0:
+            return "cuda:0"
+        if os.path.exists("/dev/nvidiactl"):
+            log.warning("a GPU driver is present but no CUDA device is visible to this process: measuring on the CPU")
+        return "cpu"
+    kind, _, index = name.partition(":")
+    if kind != "cuda" or (index and not index.isdigit()):
+        raise UsageError(f"unknown device {device!r}: expected auto, cpu, cuda or cuda:N")
+    n = int(index or 0)
+    count = visible_gpu_count()
+    if n >= count:
+        choices = f"cuda:0 to cuda:{count - 1}" if count else "no CUDA device is visible"
+        raise UsageError(f"device cuda:{n} is not available here ({choices}); use --device cpu or another index")
+    return f"cuda:{n}"
+
+
+def pin_cuda_device_order() -> None:
+    """CUDA numbers devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, while NVML and
+    nvidia-smi number them by PCI bus: set it before CUDA starts, so that cuda:N is the GPU
+    `describe` read. Trials get it from their runner; bench, profile and doctor run in the
+    command's own process and get it here."""
+    order = os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    if order != "PCI_BUS_ID" and not _order_warned:
+        _order_warned.append(order)
+        log.warning(
+            "CUDA_DEVICE_ORDER=%s: CUDA's device numbers may differ from nvidia-smi's; GPUs are matched by UUID "
+            "where NVML can, but --device cuda:N counts in CUDA's order",
+            order,
+        )
+
+
+_order_warned: list[str] = []
 
 
 def visible_gpu_count() -> int:
@@ -122,8 +165,15 @@ def _describe_cuda_nvml(index: int) -> DeviceInfo | None:
 
     pynvml = load_nvml()
     try:
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuids[index].encode())
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+        handle = nvml_handle(uuids[index])
+        if handle is None:
+            return None
+        # A MIG instance has its own name ("... MIG 1g.18gb") and memory; its compute
+        # capability is its GPU's.
+        whole = (
+            pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle) if uuids[index].startswith("MIG-") else handle
+        )
+        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(whole)
         cuda_driver = pynvml.nvmlSystemGetCudaDriverVersion()
         return DeviceInfo(
             kind="cuda",

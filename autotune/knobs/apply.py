@@ -6,15 +6,16 @@ import torch.nn as nn
 
 from autotune.config import TrainConfig
 from autotune.knobs.checkpoint import apply_activation_checkpointing
-from autotune.knobs.compile import apply_compile
+from autotune.knobs.compile import apply_compile, compile_dynamic
 from autotune.model.hf import is_hf_model, turn_off_kv_cache
 
 
 def apply_model_knobs(model: nn.Module, cfg: TrainConfig, block_path: str | None = None) -> nn.Module:
-    """Training set-up, then checkpointing, then compile: the one documented order."""
+    """Training set-up, then checkpointing, then compile (dynamic shapes for padded batches):
+    the one documented order."""
     prepare_for_training(model)
     apply_activation_checkpointing(model, cfg.checkpoint_layers, block_path, will_compile=cfg.compile_mode != "none")
-    return apply_compile(model, cfg.compile_mode, block_path)
+    return apply_compile(model, cfg.compile_mode, block_path, dynamic=compile_dynamic(cfg.batching))
 
 
 def prepare_for_training(model: nn.Module) -> nn.Module:

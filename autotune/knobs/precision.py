@@ -1,5 +1,20 @@
-"""What every forward pass runs under: the AMP dtype (or TF32), the forced SDPA backend, and
-the gradient scaler that float16 needs."""
+"""What a training step runs under: the AMP dtype for the forward pass, TF32 for the whole
+step, the forced SDPA backend, and the gradient scaler that float16 needs.
+
+TF32 is process-wide state, read by every float32 matmul and convolution when it runs,
+and by inductor when it generates a kernel. A forward-only context would leave the
+backward pass (two thirds of the FLOPs), the optimizer step and the backward graph that
+torch.compile generates lazily, during the first backward, in full float32. So TF32 is set
+once for the whole run (`fp32_precision`), never per forward pass.
+
+The API, as torch 2.13 reads it: `torch.set_float32_matmul_precision("high")` sets the
+per-backend matmul flags (`torch.backends.cuda.matmul.fp32_precision == "tf32"`) *and* the
+legacy global that inductor still reads (`torch.get_float32_matmul_precision()`, in its
+autotuning cache keys). Writing `torch.backends.cuda.matmul.fp32_precision` alone leaves that
+global unset, and torch 2.13 then raises ("mix of the legacy and new APIs") when inductor
+reads it. Convolutions: `torch.backends.cudnn.{conv,rnn}.fp32_precision`, set together, since
+the legacy `torch.backends.cudnn.allow_tf32` that inductor reads raises when they differ.
+"""
 
 from __future__ import annotations
 
@@ -13,21 +28,11 @@ from autotune.config import SDPA_KERNELS, TrainConfig
 _AUTOCAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-@contextlib.contextmanager
-def precision(device_kind: str, amp_dtype: str) -> Iterator[None]:
-    """AMP autocast for float16/bfloat16, TF32 matmuls for tf32, nothing for float32.
-    TF32 is process-wide state in torch, so it is set here and restored on exit."""
-    if amp_dtype == "tf32":
-        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-        return
+def precision(device_kind: str, amp_dtype: str) -> contextlib.AbstractContextManager[None]:
+    """The forward pass's precision: AMP autocast for float16/bfloat16; nothing for float32
+    and tf32 (TF32 is set for the whole step, by `fp32_precision`)."""
     dtype = _AUTOCAST_DTYPES.get(amp_dtype)
-    with torch.autocast(device_type=device_kind, dtype=dtype, enabled=dtype is not None):
-        yield
+    return torch.autocast(device_type=device_kind, dtype=dtype, enabled=dtype is not None)
 
 
 def sdpa_backend(backend: str) -> contextlib.AbstractContextManager[None]:
@@ -42,7 +47,8 @@ def sdpa_backend(backend: str) -> contextlib.AbstractContextManager[None]:
 
 @contextlib.contextmanager
 def training_context(device_kind: str, cfg: TrainConfig) -> Iterator[None]:
-    """Everything a forward pass runs under: AMP dtype (or TF32) and the forced SDPA backend."""
+    """Everything a forward pass runs under: autocast to the AMP dtype and the forced SDPA
+    backend. TF32 is not here: it is set for the whole step (`fp32_precision`)."""
     with precision(device_kind, cfg.amp_dtype), sdpa_backend(cfg.sdpa_backend):
         yield
 
@@ -51,3 +57,43 @@ def grad_scaler(device_kind: str, amp_dtype: str) -> torch.amp.GradScaler:
     """Loss scaling guards float16's narrow exponent; bfloat16 and float32 need none, and a
     disabled scaler is a no-op, so the training step has no branch."""
     return torch.amp.GradScaler(device_kind, enabled=amp_dtype == "float16")
+
+
+# --- TF32: process-wide, for the whole step ----------------------------------------------------
+
+_CUDNN_OPS = ("conv", "rnn")
+
+
+def set_tf32(enabled: bool) -> None:
+    """TF32 on or off for float32 matmuls and cuDNN convolutions, process-wide, through the
+    API torch 2.13 and its inductor both read consistently (see the module docstring)."""
+    torch.set_float32_matmul_precision("high" if enabled else "highest")
+    for op in _CUDNN_OPS:
+        getattr(torch.backends.cudnn, op).fp32_precision = "tf32" if enabled else "ieee"
+
+
+def _legacy_matmul_precision() -> str | None:
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:  # the legacy and new APIs were mixed by someone: no single answer
+        return None
+
+
+@contextlib.contextmanager
+def fp32_precision(amp_dtype: str) -> Iterator[None]:
+    """TF32 for tf32 runs, true float32 otherwise, for everything inside: forward, backward,
+    optimizer step and the kernels torch.compile generates meanwhile. The previous settings
+    come back on exit."""
+    saved_legacy = _legacy_matmul_precision()
+    saved = {op: getattr(torch.backends.cudnn, op).fp32_precision for op in _CUDNN_OPS}
+    saved_matmul = torch.backends.cuda.matmul.fp32_precision
+    set_tf32(amp_dtype == "tf32")
+    try:
+        yield
+    finally:
+        if saved_legacy is not None:
+            torch.set_float32_matmul_precision(saved_legacy)
+        else:
+            torch.backends.cuda.matmul.fp32_precision = saved_matmul
+        for op, value in saved.items():
+            getattr(torch.backends.cudnn, op).fp32_precision = value

@@ -21,9 +21,14 @@ class Measurement:
     step_time_cv: float | None = None
     data_wait_fraction: float | None = None  # share of the timed window blocked on the next batch
     compile_time_s: float | None = None
-    mfu: float | None = None  # null where the device's peak FLOPs are unknown (CPUs)
+    mfu: float | None = None  # at the mean padded width; null where the peak FLOPs are unknown (CPUs, MIG)
+    mfu_at_context: float | None = None  # the same throughput with attention over the full context
     peak_memory_bytes: int | None = None
-    peak_memory_source: str | None = None  # nvml-process | allocator-reserved | rss (the process tree's, on CPU)
+    # nvml-process: NVML's figure for this PID; nvml-device: the device's used memory minus a
+    # baseline read before CUDA started (containers, where NVML reports host PIDs);
+    # allocator-reserved: torch's reserved peak (no NVML; misses the CUDA context); rss: the
+    # process tree's, on CPU
+    peak_memory_source: str | None = None
     allocator_peak_bytes: int | None = None  # torch's max_memory_allocated (CUDA)
     # Host memory of the whole process tree (the run, its DataLoader workers and their
     # children), sampled: on CPU it is peak_memory_bytes; on CUDA it is reported beside it.
@@ -31,8 +36,10 @@ class Measurement:
     gpu_utilization: float | None = None  # mean NVML utilization over the timed steps, 0..1
     unstable: bool = False
     steps: int = 0
-    warmup_steps: int = 0
-    recompiles_during_timing: int = 0
+    warmup_steps: int = 0  # steps on real data before timing
+    shape_warmup_steps: int = 0  # steps on a batch of each distinct shape, before those
+    recompiles_during_timing: int = 0  # compile events in the kept window: compiles, recompiles, CUDA graph recordings
+    retimed_windows: int = 0  # windows timed again because something was compiled or recorded in them
     final_loss: float | None = None
     model: dict[str, Any] = field(default_factory=dict)
     device: dict[str, Any] = field(default_factory=dict)

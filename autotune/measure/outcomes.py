@@ -98,6 +98,9 @@ def classify_exception(exc: BaseException) -> tuple[str, str]:
         ) + ")"
     if _is_oom(exc):
         return OOM, "out of memory: " + _first_line(exc)
+    mark = kernel_unsupported_mark(exc)
+    if mark is not None:
+        return UNSUPPORTED, f"no kernel for this configuration on this device ({_first_line(mark)})"
     return CRASHED, f"{type(exc).__name__}: {_first_line(exc)}\n{_tail(traceback.format_exception(exc))}"
 
 
@@ -109,10 +112,55 @@ def is_sdpa_unsupported_error(exc: BaseException) -> bool:
     )
 
 
+# What the kernel libraries say when they have no kernel for a configuration on this device:
+# the configuration cannot run here, which is `unsupported` (never retried), not a crash. The
+# texts are matched in the exception and what it was raised from (inductor wraps what it catches).
+KERNEL_UNSUPPORTED_MARKS = (
+    "CUDNN_STATUS_NOT_SUPPORTED",  # cuDNN: no engine for these shapes, dtypes or layouts
+    "No execution plans support the graph",  # cuDNN frontend (cuDNN attention)
+    "No valid execution plans built",  # cuDNN frontend, v1 API
+    "Unable to find a valid cuDNN algorithm",  # cuDNN convolution algorithm search
+    "CUBLAS_STATUS_NOT_SUPPORTED",  # cuBLAS(Lt): no kernel for this matmul
+    "CUBLAS_STATUS_ARCH_MISMATCH",  # cuBLAS: the GPU lacks the feature (e.g. bf16 before Ampere)
+    "no kernel image is available for execution on the device",  # torch or a library built without this GPU's arch
+    "FlashAttention only supports",  # flash-attention's architecture and head-dim checks
+    "NoValidChoicesError",  # inductor max-autotune: no template can run this matmul
+    "out of resource: shared memory",  # Triton: a kernel config needs more shared memory than this GPU has
+)
+# Allocation failures inside the kernel libraries are out of memory, whatever they are called.
+_LIBRARY_OOM_MARKS = ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED")
+
+
+def kernel_unsupported_mark(exc: BaseException) -> BaseException | None:
+    """The exception in `exc`'s chain that says no kernel exists for this configuration, or None."""
+    for link in _chain(exc):
+        text = f"{type(link).__name__}: {link}"
+        if any(mark in text for mark in KERNEL_UNSUPPORTED_MARKS):
+            return link
+    return None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc`, then what it was raised from (`raise ... from`; cycle-safe). Not the implicit
+    context: an error raised while handling another one was not caused by it."""
+    seen: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and all(link is not s for s in seen):
+        seen.append(link)
+        link = link.__cause__
+    return seen
+
+
 def _is_oom(exc: BaseException) -> bool:
     torch = sys.modules.get("torch")  # an exception from torch means torch is loaded
     oom_types = (MemoryError, torch.OutOfMemoryError) if torch is not None else (MemoryError,)
-    return isinstance(exc, oom_types) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+    for link in _chain(exc):
+        text = str(link)
+        if isinstance(link, oom_types) or any(mark in text for mark in _LIBRARY_OOM_MARKS):
+            return True
+        if isinstance(link, RuntimeError) and "out of memory" in text.lower():
+            return True
+    return False
 
 
 def bad_input_in_trial(exc: BaseException) -> tuple[str, str]:

@@ -46,15 +46,17 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from autotune.config import IGNORE_INDEX, TrainConfig, check_int
-from autotune.data.batching import build_dataloader
+from autotune.data.batching import build_dataloader, distinct_batch_shapes
 from autotune.data.datasets import make_dataset
 from autotune.device import describe, resolve_device
 from autotune.errors import UsageError
 from autotune.knobs.apply import apply_model_knobs
-from autotune.knobs.precision import grad_scaler
+from autotune.knobs.precision import fp32_precision, grad_scaler
 from autotune.knobs.support import DeviceCapabilities, check_supported
-from autotune.measure.loop import MAX_SHAPE_WARMUP
+from autotune.measure.compile_events import CompileEvents
+from autotune.measure.cuda import session_for
 from autotune.measure.step import OPTIMIZER_REGION, endless_batches, make_optimizer, make_train_step
+from autotune.measure.warmup import warm_up
 from autotune.model.introspect import model_shape
 from autotune.model.load import build_model
 
@@ -132,51 +134,62 @@ def profile_config(
     check_supported(cfg, DeviceCapabilities.detect(info.kind, info.capability_tuple))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(seed)
-    if info.kind == "cuda":
-        torch.cuda.set_device(torch.device(device))
+    with fp32_precision(cfg.amp_dtype), CompileEvents() as events:
+        torch.manual_seed(seed)
+        session = session_for(device, info, None)
+        session.start()  # cuda:N set as the current device, with its index (see measure.cuda)
+        if model is None:
+            if not model_name:
+                raise UsageError("the recipe names no model (model.name); pass one")
+            model = build_model(str(model_name))
+        _check_seq_len(seq_len, model)
+        shape = model_shape(model, seq_len)
+        target = session.device
+        model.to(target).train()
+        if cfg.compile_mode != "none":
+            name_compiled_kernels()
+        apply_model_knobs(model, cfg)
+        optimizer = make_optimizer(model, target)
+        step = make_train_step(
+            model,
+            optimizer,
+            grad_scaler(info.kind, cfg.amp_dtype),
+            device=target,
+            device_kind=info.kind,
+            cfg=cfg,
+            annotate=True,
+        )
+        dataset = make_dataset(data, vocab_size=shape.vocab_size, seq_len=shape.context_length, seed=seed)
+        loader = build_dataloader(dataset, cfg, seq_len=shape.context_length, seed=seed)
+        batches = endless_batches(loader)
 
-    if model is None:
-        if not model_name:
-            raise UsageError("the recipe names no model (model.name); pass one")
-        model = build_model(str(model_name))
-    _check_seq_len(seq_len, model)
-    shape = model_shape(model, seq_len)
-    target = torch.device(device)
-    model.to(target).train()
-    if cfg.compile_mode != "none":
-        name_compiled_kernels()
-    apply_model_knobs(model, cfg)
-    optimizer = make_optimizer(model, target)
-    step = make_train_step(
-        model,
-        optimizer,
-        grad_scaler(info.kind, cfg.amp_dtype),
-        device=target,
-        device_kind=info.kind,
-        cfg=cfg,
-        annotate=True,
-    )
-    dataset = make_dataset(data, vocab_size=shape.vocab_size, seq_len=shape.context_length, seed=seed)
-    batches = endless_batches(build_dataloader(dataset, cfg, seq_len=shape.context_length, seed=seed))
-    sync = (lambda: torch.cuda.synchronize(target)) if info.kind == "cuda" else (lambda: None)
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if info.kind == "cuda" else [])
-    tokens = 0
-    try:
-        warmed = _warm_up(batches, step, warmup, need_shapes=cfg.compile_mode != "none" and cfg.batching == "padded")
-        sync()
-        with profile(activities=activities, record_shapes=False) as prof:
-            start = time.perf_counter()
-            for _ in range(steps):
-                with record_function(DATA_REGION):
-                    x, y = next(batches)
-                tokens += int((y != IGNORE_INDEX).sum())
-                step(x, y)
-            sync()
-            wall = time.perf_counter() - start
-    finally:
-        batches.close()  # DataLoader workers go now, not at garbage collection
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if info.kind == "cuda" else [])
+        tokens = 0
+        try:
+            # As measure does: every shape first, so compiles, recompiles and CUDA graph
+            # recordings happen before, not inside, the profile.
+            warm = warm_up(
+                step,
+                batches,
+                shapes=distinct_batch_shapes(loader),
+                vocab_size=shape.vocab_size,
+                data_steps=warmup,
+                sync=session.sync,
+                events=events,
+                seed=seed,
+            )
+            session.sync()
+            with profile(activities=activities, record_shapes=False) as prof:
+                start = time.perf_counter()
+                for _ in range(steps):
+                    with record_function(DATA_REGION):
+                        x, y = next(batches)
+                    tokens += int((y != IGNORE_INDEX).sum())
+                    step(x, y)
+                session.sync()
+                wall = time.perf_counter() - start
+        finally:
+            batches.close()  # DataLoader workers go now, not at garbage collection
     trace = out / TRACE_NAME
     prof.export_chrome_trace(str(trace))
     seconds, ops = attribute(prof.events(), device_time=info.kind == "cuda")
@@ -192,7 +205,7 @@ def profile_config(
         device_name=info.name,
         config=cfg.to_dict(),
         steps=steps,
-        warmup_steps=warmed,
+        warmup_steps=warm.shape_steps + len(warm.data_steps),
         wall_s=wall,
         time_basis="self device time" if info.kind == "cuda" else "self CPU time",
         seconds=seconds,
@@ -219,19 +232,6 @@ def _check_seq_len(seq_len: int | None, model: nn.Module) -> None:
     context = getattr(model, "context_length", None)
     if isinstance(seq_len, int) and isinstance(context, int) and seq_len > context:
         raise UsageError(f"the recipe's seq_len {seq_len} is longer than the model's context {context}")
-
-
-def _warm_up(batches, step, warmup: int, *, need_shapes: bool) -> int:
-    """As measure does: with compile and padded batches, go on until two widths were seen,
-    so dynamo marks the length dynamic and recompiles before, not inside, the profile."""
-    widths: set[int] = set()
-    done = 0
-    while done < warmup or (need_shapes and len(widths) < 2 and done < warmup + MAX_SHAPE_WARMUP):
-        x, y = next(batches)
-        widths.add(x.shape[1])
-        step(x, y)
-        done += 1
-    return done
 
 
 # ------------------------------------------------------------------------ attribution

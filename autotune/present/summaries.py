@@ -47,9 +47,10 @@ def format_measurement(m: Measurement) -> str:
         ("data wait", format_pct(m.data_wait_fraction)),
         (
             "compile time",
-            f"{m.compile_time_s:.1f} s (warm-up time beyond a timed step; {m.warmup_steps} warm-up steps)",
+            f"{m.compile_time_s:.1f} s (warm-up time beyond steady steps; {m.shape_warmup_steps} steps over every "
+            f"batch shape, then {m.warmup_steps} on data)",
         ),
-        ("MFU", format_pct(m.mfu) if m.mfu is not None else "n/a (peak FLOPs unknown for this device)"),
+        ("MFU", mfu_text(m.mfu, m.mfu_at_context)),
         (
             "peak memory",
             f"{format_bytes(m.peak_memory_bytes)} ({m.peak_memory_source})"
@@ -57,10 +58,22 @@ def format_measurement(m: Measurement) -> str:
         ),
         ("GPU utilization", format_pct(m.gpu_utilization) if m.gpu_utilization is not None else "n/a"),
     ]
+    if m.retimed_windows:
+        rows.append(("re-timed", f"{m.retimed_windows} window(s) dropped: something compiled or recorded in them"))
     if m.recompiles_during_timing:
-        rows.append(("recompiles", f"{m.recompiles_during_timing} during the timed steps (their time is included)"))
+        rows.append(
+            ("recompiles", f"{m.recompiles_during_timing} compile events in the timed steps (their time is included)")
+        )
     lines += [f"  {name:<20}{value}" for name, value in rows]
     return "\n".join(lines)
+
+
+def mfu_text(mfu: float | None, at_context: float | None) -> str:
+    if mfu is None:
+        return "n/a (no peak FLOPs for this device)"
+    if at_context is None or abs(at_context - mfu) < 5e-4:
+        return format_pct(mfu)
+    return f"{format_pct(mfu)} at the mean padded length, {format_pct(at_context)} at the full context"
 
 
 # --- studies -------------------------------------------------------------------------------
@@ -318,3 +331,47 @@ def studies_json(entries) -> list[dict[str, Any]]:
         }
         for e in entries
     ]
+
+
+# --- doctor ---------------------------------------------------------------------------------
+
+
+def doctor_text(report: dict[str, Any]) -> str:
+    """`autotune doctor`'s report for people: what was found, then what is wrong."""
+    v, d, mem, comp = report["versions"], report["device"], report["memory"], report["compile"]
+    driver = f"{v['driver']} (CUDA {v['driver_cuda']}), NVML {v['nvml']}" if v.get("driver") else "none found (no NVML)"
+    device = d["name"] if d["kind"] == "cpu" else f"{d['device']}: {d['name']} ({d['uuid']})"
+    rows = [
+        ("torch", f"{v['torch']}" + (f" (CUDA {v['torch_cuda']})" if v.get("torch_cuda") else " (no CUDA)")),
+        ("driver", driver),
+        ("triton", v.get("triton") or "not installed"),
+        ("python", v["python"]),
+        ("device", device),
+    ]
+    if d["kind"] == "cuda":
+        rows += [
+            ("memory", format_bytes(d.get("total_memory_bytes"))),
+            ("compute capability", d.get("compute_capability") or "?"),
+            ("MIG", d.get("mig")),
+        ]
+        if mem.get("in_container") is not None:
+            rows.append(("container", "yes (NVML reports host PIDs)" if mem["in_container"] else "no"))
+    rows.append(("peak memory read as", f"{mem['source']}: {mem['detail']}"))
+    rows.append(
+        ("torch.compile", ("works" if comp["ok"] else "FAILS: " + comp["detail"]) + f" ({comp['seconds']:.1f} s)")
+    )
+    for dtype, backends in report["sdpa"].items():
+        runs = [b for b, r in backends.items() if r == "runs"]
+        rows.append((f"SDPA {dtype}", ", ".join(runs) or "none"))
+    peak = report["peak_flops"]
+    if peak["by_dtype"]:
+        figures = ", ".join(f"{k} {v / 1e12:g}" for k, v in peak["by_dtype"].items())
+        rows.append(("peak TFLOP/s", f"{figures} ({peak['source']})"))
+    else:
+        rows.append(("peak TFLOP/s", f"n/a ({peak['source']})"))
+    lines = [f"  {name:<22}{value}" for name, value in rows]
+    if report["problems"]:
+        lines += ["", "problems:"] + [f"  - {p}" for p in report["problems"]]
+    else:
+        lines += ["", "ok: this machine can run a study"]
+    return "\n".join(lines)

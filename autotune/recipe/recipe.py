@@ -25,7 +25,7 @@ code of the recipe author's choosing, so it needs the user's explicit say (see `
 In a training script (the recipe applies itself; see `Recipe.dataloader` for the dataset contract):
 
     recipe = autotune.Recipe.load("recipes/gpt2-nvidia-h200.json")
-    model = recipe.apply_to_model(model)                # checkpoint the chosen blocks, then compile
+    model = recipe.apply_to_model(model)                # TF32 if chosen; checkpoint blocks, then compile
     loader = recipe.dataloader(dataset, for_model=model)  # its context and labels; workers, budget batches
     scaler = recipe.grad_scaler()                       # enabled only for float16
     for batch in loader:
@@ -192,7 +192,9 @@ class Recipe:
     ) -> "torch.nn.Module":
         """Apply the model-side knobs to `model`, in place, and return it: activation
         checkpointing of the recipe's blocks, then per-block torch.compile (the one order,
-        see `autotune.knobs`). Works on any model whose blocks sit in one ModuleList at
+        see `autotune.knobs`). A tf32 recipe also turns TF32 on here, process-wide, as it was
+        measured: for the whole step (forward, backward, optimizer and the kernels compile
+        generates), not just inside `autocast()`. Works on any model whose blocks sit in one ModuleList at
         transformer.h, model.layers, layers, blocks (and a few more), or at `block_path`
         ("stack", "encoder.layer"). A block index beyond the model's count is a UsageError:
         the recipe was made for a deeper model. `device`: move the model there first, so
@@ -202,7 +204,10 @@ class Recipe:
         checkpointed ones in backward; its config is untouched, so save_pretrained /
         from_pretrained work as before."""
         from autotune.knobs.apply import apply_model_knobs
+        from autotune.knobs.precision import set_tf32
 
+        if self.config.amp_dtype == "tf32":
+            set_tf32(True)
         if device is not None:
             model.to(device)
         return apply_model_knobs(model, self.config, block_path)
@@ -268,12 +273,16 @@ class Recipe:
         )
 
     def autocast(self, device_type: str | None = None) -> "contextlib.AbstractContextManager[None]":
-        """What each forward pass runs under: autocast to the recipe's AMP dtype (or TF32
-        matmuls) and the forced SDPA backend. device_type: "cuda" when CUDA is available,
-        else "cpu"."""
-        from autotune.knobs.precision import training_context
+        """What each forward pass runs under: autocast to the recipe's AMP dtype and the forced
+        SDPA backend. A tf32 recipe turns TF32 on for the process here too (as
+        `apply_to_model` does), and leaves it on when the block ends: the backward pass and
+        the optimizer step that follow it are two thirds of the step's matmuls.
+        device_type: "cuda" when CUDA is available, else "cpu"."""
+        from autotune.knobs.precision import set_tf32, training_context
         from autotune.recipe.training import device_kind
 
+        if self.config.amp_dtype == "tf32":
+            set_tf32(True)
         return training_context(device_kind(device_type), self.config)
 
     def grad_scaler(self, device_type: str | None = None) -> "torch.amp.GradScaler":

@@ -64,7 +64,14 @@ def parse_devices(text: str) -> list[str]:
     if not entries or any(not e for e in entries):
         raise UsageError(f"--devices: expected GPU indices or UUIDs separated by commas, e.g. 0,1,2,3; got {text!r}")
     for entry in entries:
-        if not (entry.isdigit() or entry.startswith(("GPU-", "MIG-"))):
+        if entry.startswith("MIG-"):
+            # A worker's trials would need CUDA_VISIBLE_DEVICES=<its instance> while the
+            # parent describes the device; MIG instances are run as separate searches instead.
+            raise UsageError(
+                f"--devices: {entry} is a MIG instance; --devices pins whole GPUs. Run one search per instance "
+                "on a shared storage: CUDA_VISIBLE_DEVICES=MIG-... autotune search --storage journal:PATH --study NAME"
+            )
+        if not (entry.isdigit() or entry.startswith("GPU-")):
             raise UsageError(f"--devices: {entry!r} is neither a GPU index (0, 1, ...) nor a UUID (GPU-...)")
     repeated = sorted({e for e in entries if entries.count(e) > 1})
     if repeated:

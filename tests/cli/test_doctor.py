@@ -1,0 +1,106 @@
+"""`autotune doctor`: a true account of this machine (a CPU here), and of GPU machines as the
+fakes describe them: a container, a MIG GPU handed whole, a missing compiler."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import autotune.measure.doctor
+from autotune.cli import main
+from autotune.measure.doctor import Check
+from tests.cuda_fakes import FakeGpu, FakeMachine, FakeMig, fake_gpu_machine
+
+
+@pytest.fixture
+def quick_compile(monkeypatch):
+    """The compile check compiles for real (tens of seconds on this CPU): the `compile` test
+    below runs it; the others take its answer as given."""
+    monkeypatch.setattr(autotune.measure.doctor, "check_compile", lambda device, info: Check(True, "skipped", 0.0))
+
+
+def doctor(*args: str) -> tuple[int, dict | str]:
+    result = CliRunner().invoke(main, ["doctor", *args])
+    return result.exit_code, json.loads(result.stdout) if "--json" in args else result.stdout
+
+
+def test_doctor_on_this_cpu_says_what_it_can(quick_compile):
+    code, report = doctor("--json")
+    assert code == 0 and report["ok"] and report["problems"] == []
+    assert report["versions"]["torch"] == torch.__version__ and report["versions"]["torch_cuda"] is None
+    assert report["versions"]["driver"] is None  # no NVML on this machine
+    assert report["device"]["kind"] == "cpu" and report["device"]["device"] == "cpu"
+    assert report["memory"]["source"] == "rss"
+    for dtype in ("bfloat16", "float16"):
+        assert report["sdpa"][dtype]["math"] == "runs" and report["sdpa"][dtype]["flash"] == "runs"
+        assert report["sdpa"][dtype]["cudnn"] == report["sdpa"][dtype]["efficient"] == "a CUDA kernel"
+    assert report["peak_flops"] == {"by_dtype": None, "source": "a CPU: MFU is not reported"}
+
+
+def test_doctor_text_is_a_short_account(quick_compile):
+    code, text = doctor()
+    assert code == 0
+    assert "  torch                 " + torch.__version__ in text
+    assert "  torch.compile         works" in text
+    assert "  SDPA bfloat16         flash, math" in text
+    assert text.rstrip().endswith("ok: this machine can run a study")
+
+
+def test_doctor_on_a_gpu_in_a_container(monkeypatch):
+    machine = FakeMachine([FakeGpu(others_used=2 * 1024**3)], container=True)
+    with fake_gpu_machine(monkeypatch, machine):
+        code, report = doctor("--json")
+    assert report["device"]["name"] == "NVIDIA H200" and report["device"]["device"] == "cuda:0"
+    assert report["device"]["mig"] == "disabled"
+    assert report["versions"]["driver"] == "570.124.06" and report["versions"]["driver_cuda"] == "12.8"
+    assert report["memory"]["in_container"] is True and report["memory"]["source"] == "nvml-device"
+    assert os.getpid() not in report["memory"]["nvml_pids"]
+    assert report["memory"]["context_bytes"] == machine.context_bytes  # the other processes' 2 GiB are not ours
+    assert report["peak_flops"]["by_dtype"]["bfloat16"] == 989e12 and "H200 datasheet" in report["peak_flops"]["source"]
+    # No triton on this machine: compile cannot work on CUDA, and that is a problem (exit 1).
+    assert report["compile"]["ok"] is False and "triton" in report["compile"]["detail"]
+    assert code == 1 and any("every compiled trial would crash" in p for p in report["problems"])
+
+
+def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile):
+    mig = FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")
+    with fake_gpu_machine(monkeypatch, FakeMachine([FakeGpu(migs=[mig])]), visible=mig.uuid):
+        code, report = doctor("--json")
+        _, text = doctor()
+    assert code == 0, report["problems"]
+    assert report["device"]["name"] == "NVIDIA H200 MIG 1g.18gb" and report["device"]["mig"] == "a MIG instance"
+    assert report["memory"]["in_container"] is False and report["memory"]["source"] == "nvml-process"
+    assert report["peak_flops"]["by_dtype"] is None and "MIG instance" in report["peak_flops"]["source"]
+    assert f"NVML lists this process (PID {os.getpid()}): its per-process figure" in text
+    assert "  MIG                   a MIG instance" in text and "  container             no" in text
+
+
+def test_doctor_names_a_mig_gpu_handed_whole_as_the_problem(monkeypatch, quick_compile):
+    machine = FakeMachine([FakeGpu(migs=[FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")])])
+    with fake_gpu_machine(monkeypatch, machine):
+        code, report = doctor("--json")
+    assert code == 1
+    assert report["problems"][0].startswith("GPU 0 (GPU-0a1b2c3d-0000-4000-8000-000000000001) is in MIG mode")
+    assert report["device"]["kind"] == "cpu"  # what it could still check
+
+
+def test_doctor_without_a_c_compiler_says_so_without_compiling(monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    code, report = doctor("--json")
+    assert code == 1
+    assert report["compile"] == {
+        "ok": False,
+        "detail": "no C compiler (gcc, cc or clang, or $CC): install one (apt install gcc)",
+        "seconds": report["compile"]["seconds"],
+    }
+    assert report["compile"]["seconds"] < 1
+
+
+@pytest.mark.compile
+def test_doctor_compiles_for_real_on_this_cpu():
+    code, report = doctor("--json")
+    assert code == 0 and report["compile"]["ok"] is True, report["compile"]
