@@ -18,6 +18,7 @@ from pathlib import Path
 
 from autotune.config import RunSpec, TrainConfig
 from autotune.device import DeviceInfo, group_rss_bytes
+from autotune.knobs.allocator import allocator_env
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.trial._proc import kill_group, stderr_tail
@@ -68,7 +69,7 @@ def run_trial(
                 stdout=stderr,
                 stderr=stderr,
                 start_new_session=True,  # its own process group, killed whole
-                env=_child_env(env),
+                env=_child_env(env, cfg),
                 cwd=os.getcwd(),
             )
             try:
@@ -115,9 +116,11 @@ def _collect(
     return TrialResult(outcome, reason, wall_s=wall)
 
 
-def _child_env(extra: dict[str, str] | None) -> dict[str, str]:
+def _child_env(extra: dict[str, str] | None, cfg: TrainConfig) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # NVML's order: indices then agree
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(extra or {})
+    # The allocator reads its settings once, when CUDA starts: the trial starts with them.
+    env.update(allocator_env(cfg, env))
     return env
