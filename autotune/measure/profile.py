@@ -157,9 +157,9 @@ def profile_config(
             start = time.perf_counter()
             for _ in range(steps):
                 with record_function(DATA_REGION):
-                    x, y = next(batches)
+                    x, y, *documents = next(batches)  # packed documents add document_ids
                 tokens += int((y != IGNORE_INDEX).sum())
-                step(x, y)
+                step(x, y, *documents)
             sync()
             wall = time.perf_counter() - start
     finally:
@@ -202,9 +202,9 @@ def _warm_up(batches, step, warmup: int, *, need_shapes: bool) -> int:
     widths: set[int] = set()
     done = 0
     while done < warmup or (need_shapes and len(widths) < 2 and done < warmup + MAX_SHAPE_WARMUP):
-        x, y = next(batches)
+        x, y, *documents = next(batches)  # packed documents add document_ids
         widths.add(x.shape[1])
-        step(x, y)
+        step(x, y, *documents)
         done += 1
     return done
 
