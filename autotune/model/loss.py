@@ -29,10 +29,12 @@ import torch.nn.functional as F
 
 from autotune.config import IGNORE_INDEX
 
-# A slice's logits hold at most about this many elements (fp32 work: 1 GiB; the logits in
-# bf16: 512 MiB): for GPT-2's vocabulary 50304, slices of ~5300 tokens. Fewer, larger slices
-# keep the matmuls large and the compiled graph small (the slice loop is unrolled).
-CHUNK_LOGITS = 1 << 28
+# A slice's logits hold at most this many elements (256 MiB in fp32): at GPT-2's vocabulary
+# 50304, slices of ~1300 tokens, large enough to keep the matmuls efficient...
+CHUNK_LOGITS = 1 << 26
+# ...and at most this many slices, since a compiled head unrolls the slice loop: past
+# 32 x 1300 tokens the slices grow instead (2048 tokens each at a budget of 65536).
+MAX_CHUNKS = 32
 
 LinearCrossEntropy = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -42,11 +44,12 @@ def standard_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, la
     return F.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=IGNORE_INDEX)
 
 
-def chunk_count(tokens: int, vocab_size: int, max_logits: int = CHUNK_LOGITS) -> int:
-    """Slices for at most `tokens` tokens per step, each slice's logits within `max_logits`.
-    Fixed per configuration (from the token budget, not the batch), so a compiled head has
-    one graph for every batch shape: the slice bounds are symbolic, the count is not."""
-    return max(1, math.ceil(tokens * vocab_size / max_logits))
+def chunk_count(tokens: int, vocab_size: int) -> int:
+    """Slices for at most `tokens` tokens per step: each slice's logits within CHUNK_LOGITS,
+    at most MAX_CHUNKS. Fixed per configuration (from the token budget, not the batch), so
+    a compiled head keeps one graph for every batch shape: the slice bounds are symbolic,
+    their count is not."""
+    return min(MAX_CHUNKS, max(1, math.ceil(tokens * vocab_size / CHUNK_LOGITS)))
 
 
 def chunked(*, chunks: int | None = None, max_tokens: int | None = None) -> LinearCrossEntropy:
@@ -129,16 +132,18 @@ def _chunked_forward(
         y = labels.narrow(0, start, end - start)  # (n_i,)
         valid = y != IGNORE_INDEX
         target = y.clamp(min=0).unsqueeze(1)  # a pad's -100 made a valid index; masked below
-        logits = (h @ w.t()).float()  # (n_i, V): the only logits alive, one slice at a time
+        logits = (h @ w.t()).float()  # (n_i, V) fp32: the only logits alive, one slice at a time
         lse = torch.logsumexp(logits, dim=1)
         total = total + torch.where(valid, lse - logits.gather(1, target).squeeze(1), 0.0).sum()
         if with_grads:
-            probs = torch.exp(logits - lse.unsqueeze(1))  # softmax, reusing the logsumexp
-            probs.scatter_add_(1, target, torch.full_like(lse, -1.0).unsqueeze(1))
-            dz = (probs * (valid.unsqueeze(1) * grad_scale)).to(compute_dtype)  # (n_i, V)
+            # d loss / d logits, in the logits' own memory: softmax, minus one at the target,
+            # zero for a pad, over the count of non-pad labels.
+            dz = logits.sub_(lse.unsqueeze(1)).exp_()
+            dz.scatter_add_(1, target, torch.full_like(lse, -1.0).unsqueeze(1))
+            dz = dz.mul_(valid.unsqueeze(1) * grad_scale).to(compute_dtype)  # (n_i, V)
             grad_hidden.narrow(0, start, end - start).copy_(dz @ w)
             grad_weight.add_(dz.t() @ h)
-            del probs, dz
+            del dz
         del logits
     loss = total / valid_count  # NaN when every label is a pad, as F.cross_entropy
     if not with_grads:

@@ -16,6 +16,7 @@ from autotune.knobs.apply import apply_model_knobs
 from autotune.model import build_model
 from autotune.model.loss import (
     CHUNK_LOGITS,
+    MAX_CHUNKS,
     chunk_count,
     chunked,
     chunked_linear_cross_entropy,
@@ -110,8 +111,9 @@ def test_chunked_never_makes_the_full_logits():
 
 
 def test_chunk_count_fixed_by_the_budget():
-    assert chunk_count(8192, 50304) == -(-8192 * 50304 // CHUNK_LOGITS) == 2
-    assert chunk_count(65536, 50304) == 13
+    assert chunk_count(2048, 50304) == -(-2048 * 50304 // CHUNK_LOGITS) == 2
+    assert chunk_count(8192, 50304) == 7
+    assert chunk_count(65536, 50304) == MAX_CHUNKS == 32  # then the slices grow: 2048 tokens each
     assert chunk_count(8192, 320) == 1
     with pytest.raises(ValueError):
         chunked(chunks=0)
@@ -143,10 +145,10 @@ def test_gpt_loss_impl_chunked_matches_standard_everywhere():
 
 
 def test_gpt_chunked_slices_follow_the_token_budget():
-    """At GPT-2's vocabulary a budget of 8192 tokens is 2 slices: the knob's slices are
+    """At GPT-2's vocabulary a budget of 2048 tokens is 2 slices: the knob's slices are
     what the head runs (the largest tensor is half the batch's logits)."""
     model = build_model("gpt2-tiny")
-    apply_model_knobs(model, TrainConfig(loss_impl="chunked", token_budget=8192))
+    apply_model_knobs(model, TrainConfig(loss_impl="chunked", token_budget=2048))
     hidden, weight, labels = head_inputs(tokens=64, width=16, vocab=50304)
     largest, _ = largest_tensor_and_saved(model.linear_cross_entropy, hidden, weight, labels)
     assert largest == 32 * 50304
