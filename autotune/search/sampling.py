@@ -71,6 +71,9 @@ def params_for(space: SearchSpace, cfg: TrainConfig) -> dict[str, Any] | None:
         params[name] = values[name]
     if space.checkpoint:
         layers = tuple(values["checkpoint_layers"])
+        counts = space.checkpoint.count.choices
+        if counts is not None and len(layers) not in counts:  # e.g. a partial count where none is searched
+            return None
         params["checkpoint_count"] = len(layers)
         if 0 < len(layers) < (space.n_layer or len(layers)):
             placement = next(

@@ -100,6 +100,14 @@ def test_bad_counts_name_the_key(tmp_path, count, message):
     assert message in str(info.value)
 
 
+def test_a_partial_count_is_outside_a_none_or_all_space():
+    """Warm starts from a study that checkpointed 3 of 12 blocks do not enter the 124M space."""
+    space = load_space(GPT2_SPACE, n_layer=12, seq_len=1024)
+    cfg = TrainConfig(batching="packed", amp_dtype="bfloat16", sdpa_backend="flash", token_budget=65536)
+    assert params_for(space, cfg.replace(checkpoint_layers=tuple(range(12))))["checkpoint_count"] == 12
+    assert params_for(space, cfg.replace(checkpoint_layers=(0, 1, 2))) is None
+
+
 def test_unbound_space_keeps_depth_counts_as_written(tmp_path):
     path = write(tmp_path, "dimensions:\n  checkpoint:\n    count: {choices: [0, n_layer/2, n_layer]}\n")
     assert load_space(path).checkpoint.count.choices == (0, "n_layer/2", "n_layer")
