@@ -23,6 +23,15 @@ IGNORE_INDEX = -100  # the label of a pad position in every batch autotune makes
 
 AMP_DTYPES = ("float32", "tf32", "float16", "bfloat16")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# What torch.compile covers (see autotune/knobs/compile.py): each block; each block plus the
+# head (final norm, lm_head and the loss) as one region; or the whole model in one graph.
+COMPILE_SCOPES = ("blocks", "blocks+head", "model")
+# How the head computes the loss (autotune/model/loss.py): standard = logits then cross-entropy;
+# chunked = head and cross-entropy over chunks of tokens, the full logits never held at once.
+LOSS_IMPLS = ("standard", "chunked")
+# causal: plain causal attention; document: packed windows whose attention stops at document
+# boundaries (FlexAttention's document mask, autotune/model/attention.py).
+ATTENTION_MASKS = ("causal", "document")
 SDPA_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn")
 # The torch.nn.attention.SDPBackend member each forced backend names (knobs and exports use it).
 SDPA_KERNELS = {
@@ -66,8 +75,14 @@ class TrainConfig:
     batching: str = "padded"
     amp_dtype: str = "float32"
     compile_mode: str = "none"
+    compile_scope: str = "blocks"  # only with compile_mode other than none
     sdpa_backend: str = "auto"
+    loss_impl: str = "standard"
+    attention_mask: str = "causal"  # document: only with batching packed
     checkpoint_layers: tuple[int, ...] = ()
+    # The CUDA caching allocator's expandable_segments (PYTORCH_CUDA_ALLOC_CONF), set in the
+    # trial process before CUDA starts: fewer fragments when batch shapes vary.
+    expandable_segments: bool = False
 
     def __post_init__(self) -> None:
         check_int("num_workers", self.num_workers, minimum=0, maximum=MAX_NUM_WORKERS)
@@ -78,21 +93,50 @@ class TrainConfig:
                 raise UsageError("prefetch_factor needs num_workers > 0 (the main process does not prefetch)")
         if self.persistent_workers and self.num_workers == 0:
             raise UsageError("persistent_workers needs num_workers > 0")
-        for name, value in (("pin_memory", self.pin_memory), ("persistent_workers", self.persistent_workers)):
+        for name, value in (
+            ("pin_memory", self.pin_memory),
+            ("persistent_workers", self.persistent_workers),
+            ("expandable_segments", self.expandable_segments),
+        ):
             if not isinstance(value, bool):
                 raise UsageError(f"{name} must be true or false, got {value!r}")
         _check_choice("batching", self.batching, BATCHING_MODES)
         _check_choice("amp_dtype", self.amp_dtype, AMP_DTYPES)
         _check_choice("compile_mode", self.compile_mode, COMPILE_MODES)
+        _check_choice("compile_scope", self.compile_scope, COMPILE_SCOPES)
         _check_choice("sdpa_backend", self.sdpa_backend, SDPA_BACKENDS)
         if not isinstance(self.checkpoint_layers, (tuple, list)):
             raise UsageError(f"checkpoint_layers must be a list of block indices, got {self.checkpoint_layers!r}")
+        _check_choice("loss_impl", self.loss_impl, LOSS_IMPLS)
+        _check_choice("attention_mask", self.attention_mask, ATTENTION_MASKS)
+        self._check_combinations()
         layers = tuple(self.checkpoint_layers)
         for index in layers:
             check_int("checkpoint_layers", index, minimum=0, maximum=MAX_BLOCK_INDEX)
         if len(set(layers)) != len(layers):
             raise UsageError(f"checkpoint_layers has repeated block indices: {list(layers)}")
         object.__setattr__(self, "checkpoint_layers", tuple(sorted(layers)))
+
+    def _check_combinations(self) -> None:
+        """Knobs that would not take effect with the others: a configuration claiming them
+        would be measured as something it is not."""
+        if self.compile_scope != "blocks" and self.compile_mode == "none":
+            raise UsageError(
+                f"compile_scope={self.compile_scope} needs a compile_mode other than none (nothing is compiled)"
+            )
+        if self.attention_mask == "document":
+            if self.batching != "packed":
+                # A padded or fixed row holds one document (or a piece of one) followed by
+                # pads: causal attention already never crosses a document there.
+                raise UsageError(
+                    f"attention_mask=document needs batching=packed: a {self.batching} row holds one "
+                    "document, so causal attention already stops at its boundary"
+                )
+            if self.sdpa_backend != "auto":
+                raise UsageError(
+                    "attention_mask=document runs FlexAttention, not scaled_dot_product_attention: "
+                    f"sdpa_backend={self.sdpa_backend} would not take effect; leave it at auto"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (lists, not tuples), for recipes, user attrs and --json."""
@@ -150,8 +194,12 @@ _KNOB_HELP = {
     "batching": " | ".join(BATCHING_MODES),
     "amp_dtype": " | ".join(AMP_DTYPES),
     "compile_mode": " | ".join(COMPILE_MODES),
+    "compile_scope": " | ".join(COMPILE_SCOPES),
     "sdpa_backend": " | ".join(SDPA_BACKENDS),
+    "loss_impl": " | ".join(LOSS_IMPLS),
+    "attention_mask": " | ".join(ATTENTION_MASKS),
     "checkpoint_layers": "comma-separated block indices, e.g. 0,1,2 (empty or none for no checkpointing)",
+    "expandable_segments": "true or false",
 }
 
 
@@ -172,7 +220,7 @@ def parse_knob(knob: str, text: str) -> Any:
         if not (0 if knob == "num_workers" else 1) <= value <= top:
             raise bad
         return value
-    if knob in ("pin_memory", "persistent_workers"):
+    if knob in ("pin_memory", "persistent_workers", "expandable_segments"):
         lowered = raw.lower()
         if lowered in ("true", "1", "yes", "on"):
             return True
@@ -193,7 +241,10 @@ def parse_knob(knob: str, text: str) -> Any:
         "batching": BATCHING_MODES,
         "amp_dtype": AMP_DTYPES,
         "compile_mode": COMPILE_MODES,
+        "compile_scope": COMPILE_SCOPES,
         "sdpa_backend": SDPA_BACKENDS,
+        "loss_impl": LOSS_IMPLS,
+        "attention_mask": ATTENTION_MASKS,
     }[knob]
     if raw not in choices:
         raise bad

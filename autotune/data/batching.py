@@ -5,6 +5,10 @@ Batching modes (`TrainConfig.batching`):
   fixed   token_budget // seq_len random sequences, each padded to seq_len (the untuned baseline)
   padded  length-grouped batches of at most token_budget tokens, padding included
   packed  documents concatenated and cut into windows of seq_len + 1 tokens: no padding
+
+Batches are (input_ids, labels); packed batches under attention_mask=document are
+(input_ids, labels, document_ids), the third (B, T) int32 saying which document each
+position belongs to, for the model's `document_ids` argument.
 """
 
 from __future__ import annotations
@@ -175,6 +179,18 @@ class PadCollate:
         return input_ids, labels
 
 
+class DocumentCollate:
+    """Packed (window, document_ids) items -> (input_ids, labels, document_ids), each
+    (B, seq_len): inputs and their document ids are window[:-1], labels window[1:]. A
+    label may start the next document (nanoGPT's streams do the same after each EOT); what
+    the document mask changes is what each position attends to."""
+
+    def __call__(self, items: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, ...]:
+        windows = torch.stack([window for window, _ in items])
+        documents = torch.stack([docs for _, docs in items])
+        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous(), documents[:, :-1].contiguous()
+
+
 def build_dataloader(
     dataset: TokenDataset,
     cfg: TrainConfig,
@@ -185,16 +201,18 @@ def build_dataloader(
 ) -> DataLoader:
     """The loader of (input_ids, labels) batches for `cfg.batching`, and the one place the
     DataLoader knobs (num_workers, prefetch_factor, pin_memory, persistent_workers) apply.
-    A user `collate_fn` replaces ours and receives the list of 1-D token tensors."""
+    A user `collate_fn` replaces ours and receives the list of 1-D token tensors (packed
+    with attention_mask=document: of (window, document_ids) pairs)."""
     check_int("seed", seed, minimum=0)
     check_token_budget(cfg.token_budget, seq_len)
     bucket = default_bucket(seq_len)
     sampler: _EpochBatchSampler
+    documents = cfg.attention_mask == "document"  # TrainConfig allows it with packed only
     if cfg.batching == "padded":
         sampler = TokenBudgetBatchSampler(dataset.lengths, cfg.token_budget, seq_len, seed, bucket=bucket)
     else:
         if cfg.batching == "packed":
-            dataset = PackedDataset(dataset, seq_len=seq_len, seed=seed)
+            dataset = PackedDataset(dataset, seq_len=seq_len, seed=seed, with_documents=documents)
         sampler = FixedBatchSampler(len(dataset), cfg.token_budget // seq_len, seed)
         if len(sampler) == 0:
             raise UsageError(
@@ -208,7 +226,8 @@ def build_dataloader(
         prefetch_factor=cfg.prefetch_factor if cfg.num_workers > 0 else None,
         pin_memory=cfg.pin_memory,
         persistent_workers=cfg.persistent_workers,
-        collate_fn=collate_fn or PadCollate(seq_len, bucket, pad_to_full=cfg.batching != "padded"),
+        collate_fn=collate_fn
+        or (DocumentCollate() if documents else PadCollate(seq_len, bucket, pad_to_full=cfg.batching != "padded")),
         generator=torch.Generator().manual_seed(seed),  # seeds the workers' RNGs reproducibly
     )
 

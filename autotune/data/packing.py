@@ -1,4 +1,5 @@
-"""Packed batching: documents concatenated into one stream, cut into full windows."""
+"""Packed batching: documents concatenated into one stream, cut into full windows, with the
+document boundaries kept (for attention_mask=document)."""
 
 from __future__ import annotations
 
@@ -16,24 +17,49 @@ class PackedDataset:
     """Documents concatenated, in a seeded random order, into one stream cut into windows
     of seq_len + 1 tokens at a stride of seq_len: consecutive windows share one token, so
     every position has a label and nothing is padded. The stream is materialized once, up
-    to `max_tokens` tokens (lazily generated data has no stream to slice)."""
+    to `max_tokens` tokens (lazily generated data has no stream to slice).
+
+    Where each document (each item of `dataset`: a document or a piece of a long one)
+    starts in the stream is kept in `doc_starts`. With `with_documents`, item i is
+    (window, document_ids): the document index of each token, counted from the window's
+    first document, for attention that stops at document boundaries."""
 
     def __init__(
-        self, dataset: TokenDataset, *, seq_len: int, seed: int = 0, max_tokens: int = PACKED_MAX_TOKENS
+        self,
+        dataset: TokenDataset,
+        *,
+        seq_len: int,
+        seed: int = 0,
+        max_tokens: int = PACKED_MAX_TOKENS,
+        with_documents: bool = False,
     ) -> None:
         order = np.random.default_rng(seed).permutation(len(dataset))
         # Enough documents for max_tokens + 1 tokens by their lengths (upper bounds: may fall short).
         bounds = np.cumsum(np.asarray(dataset.lengths, dtype=np.int64)[order])
         count = int(np.searchsorted(bounds, max_tokens + 1)) + 1
-        stream = torch.cat([dataset[int(i)] for i in order[:count]])[: max_tokens + 1]
+        documents = [dataset[int(i)] for i in order[:count]]
+        stream = torch.cat(documents)[: max_tokens + 1]
         self.stream = stream.to(torch.int32)  # half the memory of int64; ids are far below 2**31
+        # Real lengths, not the planned ones (those may be upper bounds).
+        starts = np.cumsum([0] + [len(doc) for doc in documents[:-1]], dtype=np.int64)
+        self.doc_starts: np.ndarray = starts[starts < len(stream)]
         self.seq_len = seq_len
+        self.with_documents = with_documents
         self.lengths: np.ndarray = np.full(max(len(stream) - 1, 0) // seq_len, seq_len + 1)
 
     def __len__(self) -> int:
         return len(self.lengths)
 
-    def __getitem__(self, i: int) -> torch.Tensor:
+    def __getitem__(self, i: int) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         i = range(len(self))[i]
         start = i * self.seq_len
-        return self.stream[start : start + self.seq_len + 1].long()
+        window = self.stream[start : start + self.seq_len + 1].long()
+        return (window, self.document_ids(i)) if self.with_documents else window
+
+    def document_ids(self, i: int) -> torch.Tensor:
+        """(seq_len + 1,) int32: the document of each token of window i, 0 for the document
+        the window starts in, +1 at every boundary."""
+        start = i * self.seq_len
+        positions = np.arange(start, start + self.seq_len + 1)
+        docs = np.searchsorted(self.doc_starts, positions, side="right") - 1
+        return torch.from_numpy((docs - docs[0]).astype(np.int32))

@@ -1,9 +1,12 @@
-"""The rules for what a device can run, checked before anything runs."""
+"""The rules for what a device can run, and what a model can run, checked before anything
+runs. Torch-free: the study side reads the device rules without importing torch."""
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 from dataclasses import dataclass
+from typing import Any
 
 from autotune.config import TrainConfig
 from autotune.errors import UnsupportedConfig
@@ -43,6 +46,16 @@ def _check_cpu(cfg: TrainConfig) -> None:
         )
     if cfg.compile_mode == "reduce-overhead":
         raise UnsupportedConfig("compile_mode", "reduce-overhead means CUDA graphs, which need a CUDA device")
+    if cfg.attention_mask == "document":
+        raise UnsupportedConfig(
+            "attention_mask",
+            "document masks run on FlexAttention, which has no backward on CPU in torch 2.13 "
+            "(and torch's variable-length attention is CUDA-only): they train on CUDA",
+        )
+    if cfg.expandable_segments:
+        raise UnsupportedConfig(
+            "expandable_segments", "a setting of the CUDA caching allocator; CPU tensors do not use it"
+        )
 
 
 def _check_cuda(cfg: TrainConfig, caps: DeviceCapabilities) -> None:
@@ -60,3 +73,50 @@ def _check_cuda(cfg: TrainConfig, caps: DeviceCapabilities) -> None:
             )
     if cfg.compile_mode != "none" and not caps.has_triton:
         raise UnsupportedConfig("compile_mode", "torch.compile on CUDA needs triton, which is not installed")
+    if cfg.attention_mask == "document" and not caps.has_triton:
+        raise UnsupportedConfig(
+            "attention_mask", "document masks run on FlexAttention, compiled with triton, which is not installed"
+        )
+
+
+# ------------------------------------------------------------------ what a model can run
+# Duck-typed on the model object (no torch import): autotune's GPT has every seam below; a
+# user's model has them only if it is written to. Checked before any knob is applied, so a
+# configuration the model cannot take fails whole, as `unsupported`, before anything runs.
+
+
+def check_model_supported(model: Any, cfg: TrainConfig) -> None:
+    """Reject the knobs that need a seam `model` lacks; the reason names the seam."""
+    if cfg.compile_mode != "none" and cfg.compile_scope == "blocks+head":
+        check_head_found(model)
+    if cfg.loss_impl == "chunked" and not callable(getattr(model, "linear_cross_entropy", None)):
+        raise UnsupportedConfig(
+            "loss_impl",
+            f"chunked needs the model to compute its loss through a linear_cross_entropy(hidden, weight, "
+            f"labels) attribute that autotune can replace (autotune's GPT does); {type(model).__name__} "
+            "computes its loss itself",
+        )
+    if cfg.attention_mask == "document" and not takes_document_ids(model):
+        raise UnsupportedConfig(
+            "attention_mask",
+            f"document needs a model whose forward takes document_ids (autotune's GPT does); "
+            f"{type(model).__name__}.forward does not",
+        )
+
+
+def check_head_found(model: Any) -> None:
+    if not callable(getattr(model, "head_loss", None)):
+        raise UnsupportedConfig(
+            "compile_scope",
+            f"blocks+head cannot find the head of {type(model).__name__}: it compiles a head_loss(hidden, "
+            "labels) method (final norm, output projection and loss; autotune's GPT has one); "
+            "use compile_scope=blocks or model",
+        )
+
+
+def takes_document_ids(model: Any) -> bool:
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return "document_ids" in parameters

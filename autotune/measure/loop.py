@@ -181,13 +181,13 @@ class _Run:
                 and len(window.widths) < MAX_STEPS_FACTOR * self.spec.steps
             ):
                 t = time.perf_counter()
-                x, y = next(batches)
+                x, y, *documents = next(batches)  # packed documents add document_ids
                 window.wait_s += time.perf_counter() - t
                 window.tokens += int((y != IGNORE_INDEX).sum())  # on the host: no device sync
                 window.positions += y.numel()
                 window.widths.append(y.shape[1])
                 window.positions_per_step.append(y.numel())
-                loss = step(x, y)
+                loss = step(x, y, *documents)
                 clock.mark()
             self.session.sync()
             window.wall_s = time.perf_counter() - start

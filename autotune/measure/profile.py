@@ -183,9 +183,9 @@ def profile_config(
                 start = time.perf_counter()
                 for _ in range(steps):
                     with record_function(DATA_REGION):
-                        x, y = next(batches)
+                        x, y, *documents = next(batches)  # packed documents add document_ids
                     tokens += int((y != IGNORE_INDEX).sum())
-                    step(x, y)
+                    step(x, y, *documents)
                 session.sync()
                 wall = time.perf_counter() - start
         finally:

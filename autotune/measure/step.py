@@ -40,12 +40,14 @@ def make_train_step(
     )
     loss_of = forward_loss(model)  # decided once, not per step
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def step(x: torch.Tensor, y: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
         # non_blocking pairs with pin_memory: from pinned memory the copy overlaps compute.
         x = x.to(device, non_blocking=True)
         y = y.to(device, non_blocking=True)
+        # Packed batches under attention_mask=document carry each position's document.
+        extra = {} if document_ids is None else {"document_ids": document_ids.to(device, non_blocking=True)}
         with training_context(device_kind, cfg):
-            loss = loss_of(x, y)
+            loss = loss_of(x, y, **extra)
         scaler.scale(loss).backward()
         with optimizer_region():
             scaler.step(optimizer)

@@ -60,8 +60,8 @@ def synthetic_batch(shape: tuple[int, int], vocab_size: int, generator: torch.Ge
 
 
 def warm_up(
-    step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    batches: Iterator[tuple[torch.Tensor, torch.Tensor]],
+    step: Callable[..., torch.Tensor],
+    batches: Iterator[tuple[torch.Tensor, ...]],
     *,
     shapes: list[tuple[int, int]] | None,
     vocab_size: int,
@@ -77,18 +77,18 @@ def warm_up(
     batches_of_shapes = [synthetic_batch(shape, vocab_size, generator) for shape in shapes or ()]
     for _ in range(MAX_SHAPE_PASSES if batches_of_shapes else 0):
         before = events.total
-        result.shape_passes.append([_timed_step(step, x, y, sync) for x, y in batches_of_shapes])
+        result.shape_passes.append([_timed_step(step, sync, *batch) for batch in batches_of_shapes])
         result.quiet = events.total == before
         if result.quiet:
             break
     for _ in range(data_steps):
-        x, y = next(batches)
-        result.data_steps.append(_timed_step(step, x, y, sync))
+        batch = next(batches)  # (input_ids, labels), and document_ids under a document mask
+        result.data_steps.append(_timed_step(step, sync, *batch))
     return result
 
 
-def _timed_step(step, x: torch.Tensor, y: torch.Tensor, sync: Callable[[], None]) -> float:
+def _timed_step(step, sync: Callable[[], None], *batch: torch.Tensor) -> float:
     t = time.perf_counter()
-    step(x, y)
+    step(*batch)
     sync()
     return time.perf_counter() - t

@@ -49,33 +49,34 @@ CONTRACT_HINT = (
 # --- calling a model ---------------------------------------------------------------------------
 
 
-def forward_loss(model: nn.Module) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """`loss = call(input_ids, aligned_labels)` for this model, decided once (not per step)."""
+def forward_loss(model: nn.Module) -> Callable[..., torch.Tensor]:
+    """`loss = call(input_ids, aligned_labels, **extra)` for this model, decided once (not per
+    step). `extra`: inputs a knob adds (document_ids, for autotune's GPT under a document mask)."""
     if is_hf_model(model):
 
-        def call_hf(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        def call_hf(x: torch.Tensor, y: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
             # No labels (the model would shift them) and no attention mask: with right padding
             # and causal attention no real token attends to a pad, and pad targets are -100, so
             # the mask changes nothing but rules out SDPA's is_causal kernels (flash).
-            return loss_from_output(model(input_ids=x, use_cache=False), y)
+            return loss_from_output(model(input_ids=x, use_cache=False, **extra), y)
 
         return call_hf
     call = _aligned_call(model)
-    return lambda x, y: loss_from_output(call(x, y), y)
+    return lambda x, y, **extra: loss_from_output(call(x, y, **extra), y)
 
 
-def _aligned_call(model: nn.Module) -> Callable[[torch.Tensor, torch.Tensor], Any]:
+def _aligned_call(model: nn.Module) -> Callable[..., Any]:
     """model(x, labels=y), model(x, y) or model(x), by what its forward takes: a keyword keeps
     labels out of a parameter that happens to come second (attention_mask, past_key_values)."""
     params = _forward_params(model)
     if "labels" in params:
-        return lambda x, y: model(x, labels=y)
+        return lambda x, y, **extra: model(x, labels=y, **extra)
     positional = [
         p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
     ]
     if len(positional) < 2:
-        return lambda x, y: model(x)
-    return lambda x, y: model(x, y)
+        return lambda x, y, **extra: model(x, **extra)
+    return lambda x, y, **extra: model(x, y, **extra)
 
 
 def batch_keys(model: nn.Module) -> tuple[str, str]:

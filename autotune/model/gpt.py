@@ -1,7 +1,11 @@
 """The GPT-2 family: nanoGPT-style, random weights, nothing downloaded.
 
 The model knows nothing about checkpointing, compile or AMP: `autotune.knobs` applies those
-from the outside, on our models and on the user's alike, by finding the transformer blocks."""
+from the outside, on our models and on the user's alike, by finding the transformer blocks.
+Two seams let knobs reach inside: `head_loss` (the final norm, lm_head and the loss, from
+the last hidden states: what compile_scope=blocks+head compiles) and `linear_cross_entropy`
+(how that loss is computed: what loss_impl swaps). `document_ids` in forward makes attention
+stop at document boundaries (attention_mask=document, packed batches)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autotune.config import IGNORE_INDEX
+from autotune.model.attention import document_causal_mask, flex_attention
+from autotune.model.loss import LinearCrossEntropy, standard_linear_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -45,14 +50,17 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.n_head = config.n_head
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, block_mask=None) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         # (B, T, C) -> (B, nh, T, hs)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        # No mask: sequences are right-padded, so with causal attention no real token ever
-        # attends to a pad, and pad targets are ignored by the loss. This keeps flash usable.
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+        if block_mask is None:
+            # No mask: sequences are right-padded, so with causal attention no real token ever
+            # attends to a pad, and pad targets are ignored by the loss. This keeps flash usable.
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+        else:  # packed documents: causal within each document only
+            y = flex_attention(q, k, v, block_mask)  # (B, nh, T, hs)
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -74,8 +82,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, block_mask=None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), block_mask)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -93,6 +101,9 @@ class GPT(nn.Module):
         )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # tied head (GPT-2)
+        # How head_loss turns the final hidden states into the loss (a function, not a
+        # module: no state-dict entry). autotune.knobs.loss sets it for loss_impl.
+        self.linear_cross_entropy: LinearCrossEntropy = standard_linear_cross_entropy
         self.apply(self._init_weights)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):  # GPT-2's scaled init of residual projections
@@ -115,15 +126,31 @@ class GPT(nn.Module):
     def context_length(self) -> int:
         return self.config.block_size
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """input_ids, labels: (B, T). Returns the mean loss over non-pad labels, or the
-        logits (B, T, vocab) when no labels are given."""
+        logits (B, T, vocab) when no labels are given. document_ids (B, T), optional: the
+        document of each position in a packed window; attention then stays inside it."""
+        x = self.hidden_states(input_ids, document_ids)
+        if labels is None:
+            return self.lm_head(self.transformer.ln_f(x))  # (B, T, vocab)
+        return self.head_loss(x, labels)
+
+    def hidden_states(self, input_ids: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Embeddings and the blocks: (B, T) ids -> (B, T, C) before the final norm."""
         B, T = input_ids.shape
         pos = torch.arange(T, device=input_ids.device)
         x = self.transformer.wte(input_ids) + self.transformer.wpe(pos)  # (B, T, C)
+        block_mask = None if document_ids is None else document_causal_mask(document_ids)
         for block in self.transformer.h:
-            x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, vocab)
-        if labels is None:
-            return logits
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1), ignore_index=IGNORE_INDEX)
+            x = block(x) if block_mask is None else block(x, block_mask)
+        return x
+
+    def head_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The head, from the last hidden states (B, T, C): final norm, lm_head and the mean
+        cross-entropy over non-pad labels. The one place the loss is computed."""
+        return self.linear_cross_entropy(self.transformer.ln_f(hidden), self.lm_head.weight, labels)

@@ -13,18 +13,23 @@ from autotune.search.space import Dimension, SearchSpace, checkpoint_layers, mat
 def suggest(space: SearchSpace, trial) -> TrainConfig:
     """Ask an Optuna trial for every active dimension; params are plain readable values."""
     values: dict[str, Any] = dict(space.fixed)
+    defaults = TrainConfig().to_dict()
     for name, dim in space.dimensions.items():
-        if dim.when and not matches(dim.when, values):
+        # A condition on a knob this trial does not set sees the knob's default, as
+        # params_for (which reads a whole TrainConfig) does.
+        if dim.when and not matches(dim.when, {**defaults, **values}):
             continue
         values[name] = _suggest_one(space, trial, dim)
     if space.checkpoint:
         count = _suggest_one(space, trial, space.checkpoint.count)
+        n_layer = space.n_layer or count
+        # Where the blocks go matters only for a partial count: none is none, all is all.
         placement = (
             trial.suggest_categorical("checkpoint_placement", list(space.checkpoint.placements))
-            if count > 0
+            if 0 < count < n_layer
             else "spread"
         )
-        values["checkpoint_layers"] = checkpoint_layers(count, placement, space.n_layer or count)
+        values["checkpoint_layers"] = checkpoint_layers(count, placement, n_layer)
     return to_config(values)
 
 
@@ -66,8 +71,11 @@ def params_for(space: SearchSpace, cfg: TrainConfig) -> dict[str, Any] | None:
         params[name] = values[name]
     if space.checkpoint:
         layers = tuple(values["checkpoint_layers"])
+        counts = space.checkpoint.count.choices
+        if counts is not None and len(layers) not in counts:  # e.g. a partial count where none is searched
+            return None
         params["checkpoint_count"] = len(layers)
-        if layers:
+        if 0 < len(layers) < (space.n_layer or len(layers)):
             placement = next(
                 (
                     p

@@ -13,6 +13,8 @@ Format (see search_spaces/*.yaml):
       checkpoint:               # the checkpointed set, as a count and a placement
         count: {low: 0, high: n_layer}
         placement: {choices: [first, last, spread]}
+      # or counts relative to the depth, partial ones only for deep models:
+      #   count: {choices: [0, n_layer/4, n_layer/2, 3*n_layer/4, n_layer], partial_when: {n_layer: {ge: 24}}}
     rules:                      # combinations rejected before any process starts
       - when: {sdpa_backend: flash}
         require: {amp_dtype: [float16, bfloat16]}
@@ -26,11 +28,16 @@ no step (Optuna samples a log range without one).
 Everything is checked here, before any trial runs: a space that loads never fails mid-study.
 Every error names the file and the key at fault. The YAML itself is read strictly (no anchors
 or aliases, no duplicate keys, at most 1 MiB: see `config.load_yaml`).
+Checkpoint counts may be written against the model's depth: `n_layer`, `n_layer/K` or
+`M*n_layer/K` (rounded down when the space is bound to a model). `partial_when`, a condition
+on `n_layer`, keeps the counts strictly between 0 and n_layer (partial checkpointing) only
+for models that meet it; the placement is asked only for a partial count.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
@@ -50,11 +57,32 @@ from autotune.config import (
     yaml_problem,
 )
 from autotune.errors import UsageError
-from autotune.search.space import COMPARISONS, PLACEMENTS, CheckpointDimension, Dimension, Rule, SearchSpace
+from autotune.search.space import (
+    COMPARISONS,
+    PLACEMENTS,
+    CheckpointDimension,
+    Dimension,
+    Rule,
+    SearchSpace,
+    matches,
+)
 
 _TOP_KEYS = {"version", "description", "fixed", "dimensions", "rules"}
 _DIM_KEYS = {"choices", "low", "high", "log", "step", "when"}
-_CATEGORICAL = ("amp_dtype", "compile_mode", "sdpa_backend", "batching", "pin_memory", "persistent_workers")
+_CATEGORICAL = (
+    "amp_dtype",
+    "compile_mode",
+    "compile_scope",
+    "sdpa_backend",
+    "loss_impl",
+    "attention_mask",
+    "batching",
+    "pin_memory",
+    "persistent_workers",
+    "expandable_segments",
+)
+# A checkpoint count relative to the depth: n_layer, n_layer/K, M*n_layer/K.
+_DEPTH_COUNT = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?n_layer\s*(?:/\s*(\d+)\s*)?$")
 # The integer knobs, with the range each may take: what a low/high range and a comparison may name.
 _INTEGER_RANGES = {
     "num_workers": (0, MAX_NUM_WORKERS),
@@ -266,20 +294,20 @@ class _Parser:
                 key, "expected {count: {low, high} or {choices}, placement: {choices: [first, last, spread]}}"
             )
         count = spec["count"]
-        if not isinstance(count, dict) or set(count) - (_DIM_KEYS - {"when"}):
+        if not isinstance(count, dict) or set(count) - _DIM_KEYS - {"partial_when"}:
             raise self.error(f"{key}.count", "expected {low, high} or {choices: [...]} of block counts")
         if "choices" in count:
             choices = count["choices"]
-            if (
-                not isinstance(choices, list)
-                or not choices
-                or len(choices) > MAX_CHOICES
-                or not all(_is_int(c) and 0 <= c <= _INTEGER_RANGES["checkpoint_count"][1] for c in choices)
-                or len(set(choices)) != len(choices)
-                or set(count) != {"choices"}
-            ):
-                raise self.error(f"{key}.count.choices", "expected a non-empty list of distinct block counts >= 0")
-            count_dim = Dimension("checkpoint_count", choices=tuple(choices))
+            if not isinstance(choices, list) or not choices or len(choices) > MAX_CHOICES:
+                raise self.error(f"{key}.count.choices", "expected a non-empty list of block counts >= 0")
+            if len(set(map(repr, choices))) != len(choices):
+                raise self.error(f"{key}.count.choices", "expected distinct block counts")
+            counts = [self.block_count(f"{key}.count.choices", c) for c in choices]
+            if "partial_when" in count:
+                counts = self.partial_counts(f"{key}.count.partial_when", count["partial_when"], counts)
+            count_dim = Dimension("checkpoint_count", choices=tuple(dict.fromkeys(counts)))
+        elif "partial_when" in count:
+            raise self.error(f"{key}.count.partial_when", "goes with count choices, not low and high")
         elif "low" in count and "high" in count:
             count_dim = self.integer_range(f"{key}.count", "checkpoint_count", count, None)
         else:
@@ -297,6 +325,36 @@ class _Parser:
                 f"{key}.placement", f"expected {{choices: [...]}} with values from {', '.join(PLACEMENTS)}"
             )
         return CheckpointDimension(count_dim, tuple(placement["choices"]))
+
+    def block_count(self, key: str, value: Any) -> int | str:
+        """A count of blocks: an integer >= 0, or one relative to the depth (resolved when
+        the space is bound to a model, kept as written otherwise)."""
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        match = _DEPTH_COUNT.match(value) if isinstance(value, str) else None
+        if match is None:
+            raise self.error(
+                key, f"{value!r} is not a block count: expected an integer >= 0, n_layer, n_layer/K or M*n_layer/K"
+            )
+        times, parts = int(match[1] or 1), int(match[2] or 1)
+        if times == 0 or parts == 0 or times > parts:
+            raise self.error(key, f"{value!r}: the fraction of n_layer must be above 0 and at most 1")
+        return value if self.n_layer is None else times * self.n_layer // parts
+
+    def partial_counts(self, key: str, cond: Any, counts: list[int | str]) -> list[int | str]:
+        """`counts` without the partial ones (strictly between 0 and n_layer) when the
+        model's depth does not meet `cond`, a condition on n_layer."""
+        if not isinstance(cond, dict) or set(cond) != {"n_layer"}:
+            raise self.error(key, "expected a condition on n_layer, e.g. {n_layer: {ge: 24}}")
+        test = cond["n_layer"]
+        if isinstance(test, dict):
+            if not test or set(test) - set(COMPARISONS) or not all(isinstance(v, int) for v in test.values()):
+                raise self.error(f"{key}.n_layer", f"expected operators from {', '.join(COMPARISONS)} with integers")
+        elif not isinstance(test, (int, list)) or isinstance(test, bool):
+            raise self.error(f"{key}.n_layer", "expected an integer, a list of them or {gt|ge|lt|le: n}")
+        if self.n_layer is None or matches(cond, {"n_layer": self.n_layer}):
+            return counts
+        return [c for c in counts if c in (0, self.n_layer)]
 
     def condition(self, key: str, cond: Any) -> Mapping[str, Any] | None:
         """knob -> a value, a list of values, or {gt|ge|lt|le: number}; each value one the knob

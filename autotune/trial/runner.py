@@ -33,6 +33,7 @@ from typing import Any, Callable
 from autotune.config import RunSpec, TrainConfig, check_runnable_here
 from autotune.device import DeviceInfo, ProcessTreeMemory, descendants
 from autotune.device.memory import read_stat
+from autotune.knobs.allocator import allocator_env
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.trial._proc import kill_group, kill_processes, processes_with_env, stderr_tail, stops_deferred
@@ -74,6 +75,8 @@ def run_trial(
     check_runnable_here(cfg)
     request = {"spec": spec.to_dict(), "config": cfg.to_dict(), "device": device.to_dict() if device else None}
     limit = spec.memory_limit_bytes if spec.device_kind == "cpu" else None
+    # The allocator reads its settings once, when CUDA starts: the trial starts with them.
+    env = {**(env or {}), **allocator_env(cfg, {**os.environ, **(env or {})})}
     child = run_child(["--measure"], request, timeout_s=timeout_s, env=env, on_start=on_start, rss_limit=limit)
     if child.verdict is not None:
         return TrialResult(child.verdict[0], child.verdict[1], wall_s=child.wall_s)

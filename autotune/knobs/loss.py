@@ -1,0 +1,21 @@
+"""The loss implementation (knob `loss_impl`), set on the model's `linear_cross_entropy`
+seam before compile traces it (see autotune/model/loss.py for both implementations)."""
+
+from __future__ import annotations
+
+import torch.nn as nn
+
+from autotune.model.loss import chunked, standard_linear_cross_entropy
+
+
+def apply_loss_impl(model: nn.Module, impl: str, token_budget: int) -> nn.Module:
+    """`standard` or `chunked` on a model with the seam; a model without one keeps its own
+    loss under `standard` (check_model_supported rejects `chunked` there first). Chunked
+    slices are sized for `token_budget` tokens, the most a step holds, so their count is
+    fixed for the run and a compiled head keeps one graph across batch shapes."""
+    if not callable(getattr(model, "linear_cross_entropy", None)):
+        return model
+    model.linear_cross_entropy = (
+        standard_linear_cross_entropy if impl == "standard" else chunked(max_tokens=token_budget)
+    )
+    return model
