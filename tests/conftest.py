@@ -31,6 +31,9 @@ os.environ["OMP_NUM_THREADS"] = "1"
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+# The processes the tests start (trials, tuners, scripts, probes run from a temporary folder)
+# import this checkout's autotune too, whichever one pip installed (a worktree, a clean clone).
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 import contextlib  # noqa: E402
 import glob  # noqa: E402
