@@ -30,6 +30,31 @@ def sequences_per_step(recipe: Recipe, seq_len: int | None = None) -> int:
     return max(1, recipe.config.token_budget // length) if length else 1
 
 
+def checkpointed_blocks(recipe: Recipe) -> str:
+    """The blocks the recipe checkpoints, as `blocks [0, 1, 5] of 12` (of N when the recipe
+    records n_layer); "" when it checkpoints none."""
+    layers = list(recipe.config.checkpoint_layers)
+    if not layers:
+        return ""
+    n_layer = recipe.model.get("n_layer")
+    return f"blocks {layers}" + (f" of {n_layer}" if n_layer else "")
+
+
+def compiled_scope(recipe: Recipe) -> str:
+    """What the recipe compiles at its compile_scope, with the call that does it by hand
+    (after checkpointing); "" when it compiles nothing. What `apply_to_model` does."""
+    cfg = recipe.config
+    if cfg.compile_mode == "none":
+        return ""
+    mode = f'mode="{cfg.compile_mode}"'
+    if cfg.compile_scope == "model":
+        return f"the whole model (model.compile({mode}))"
+    blocks = f"each block (block.compile({mode}))"
+    if cfg.compile_scope == "blocks+head":
+        return f"{blocks} and the head (torch.compile(model.head_loss, {mode}))"
+    return blocks
+
+
 def installed_version(*distributions: str) -> str | None:
     """The version of the first of `distributions` that is installed, else None."""
     for name in distributions:

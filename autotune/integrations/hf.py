@@ -30,7 +30,13 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from autotune.errors import AutotuneError, UsageError
-from autotune.integrations.common import installed_version, quietly, sequences_per_step
+from autotune.integrations.common import (
+    checkpointed_blocks,
+    compiled_scope,
+    installed_version,
+    quietly,
+    sequences_per_step,
+)
 from autotune.recipe.recipe import Recipe
 
 
@@ -67,7 +73,7 @@ def training_arguments(
 
     seq_len: the length of your sequences, for the batch size token_budget // seq_len
     (default: the recipe's). model_applied: True when you called recipe.apply_to_model(model)
-    (the recipe's exact blocks checkpointed, each block compiled): the arguments then leave
+    (the recipe's exact blocks checkpointed, then compiled at its compile_scope): the arguments then leave
     checkpointing and compile off, which Trainer would otherwise apply to the whole model
     again. check: construct TrainingArguments from the result first (when transformers is
     installed); an argument it refuses raises AutotuneError."""
@@ -176,15 +182,19 @@ def notes(recipe: Recipe, args: dict[str, Any]) -> list[str]:
     cfg = recipe.config
     lines = []
     if cfg.checkpoint_layers:
-        n_layer = recipe.model.get("n_layer")
-        lines += [
-            f"The recipe checkpoints blocks {list(cfg.checkpoint_layers)}{f' of {n_layer}' if n_layer else ''} only; "
-            "TrainingArguments checkpoints every block, recomputing more.",
-            "For exactly these blocks, call recipe.apply_to_model(model) and "
-            "hf.training_arguments(recipe, model_applied=True).",
-        ]
-    if cfg.compile_mode != "none":
-        lines.append("The recipe compiles each block; Trainer's torch_compile compiles the whole model.")
+        lines.append(
+            f"The recipe checkpoints {checkpointed_blocks(recipe)} only; "
+            "TrainingArguments checkpoints every block, recomputing more."
+        )
+    if cfg.compile_mode != "none" and cfg.compile_scope == "model":
+        lines.append("The recipe compiles the whole model, as Trainer's torch_compile does.")
+    elif cfg.compile_mode != "none":
+        lines.append(f"The recipe compiles {compiled_scope(recipe)}; Trainer's torch_compile compiles the whole model.")
+    if cfg.checkpoint_layers or (cfg.compile_mode != "none" and cfg.compile_scope != "model"):
+        lines.append(
+            "For exactly what the recipe does, call recipe.apply_to_model(model) and "
+            "hf.training_arguments(recipe, model_applied=True)."
+        )
     lines.append('Attention: load the model with attn_implementation="sdpa" (PyTorch scaled_dot_product_attention).')
     if cfg.batching == "padded":
         lines.append(

@@ -20,7 +20,14 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.errors import AutotuneError, UsageError
-from autotune.integrations.common import installed_version, major_minor, quietly, sequences_per_step
+from autotune.integrations.common import (
+    checkpointed_blocks,
+    compiled_scope,
+    installed_version,
+    major_minor,
+    quietly,
+    sequences_per_step,
+)
 from autotune.recipe.recipe import Recipe
 
 _PRECISION_2 = {"bfloat16": "bf16-mixed", "float16": "16-mixed", "float32": "32-true", "tf32": "32-true"}
@@ -92,10 +99,18 @@ def notes(recipe: Recipe) -> list[str]:
             "For the recipe's own batches (token budget, length grouping or packing), pass "
             "recipe.dataloader(dataset, for_model=model) to trainer.fit instead of a DataLoader."
         )
-    if cfg.checkpoint_layers or cfg.compile_mode != "none":
+    done = []
+    if cfg.checkpoint_layers:
+        done.append(
+            f"checkpoints {checkpointed_blocks(recipe)} "
+            "(torch.utils.checkpoint.checkpoint of each one's forward, use_reentrant=False)"
+        )
+    if cfg.compile_mode != "none":
+        done.append(f"{'then ' if done else ''}compiles {compiled_scope(recipe)}")
+    if done:
         lines.append(
-            "Checkpointing and compile: call recipe.apply_to_model(self.model) in LightningModule.configure_model "
-            "(the recipe's blocks checkpointed, then each block compiled)."
+            f"The recipe {', '.join(done)}: call recipe.apply_to_model(self.model) in "
+            "LightningModule.configure_model, which does exactly that."
         )
     if cfg.sdpa_backend != "auto":
         lines.append(

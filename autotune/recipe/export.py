@@ -114,7 +114,7 @@ def _batch_comment(recipe: Recipe) -> str:
 _HF_COMMENTS = {
     "dataloader_prefetch_factor": "batches each worker loads ahead",
     "tf32": "TF32 tensor-core matmuls for float32 (Ampere or newer)",
-    "torch_compile_mode": "the recipe compiles each block; Trainer compiles the whole model",
+    "torch_compile_mode": "Trainer compiles the whole model (see below)",
     "activation_checkpointing": "Trainer checkpoints every block (see below)",
     "gradient_checkpointing": "Trainer checkpoints every block (see below)",
     "train_sampling_strategy": "closest to the recipe's token-budget length grouping",

@@ -119,8 +119,9 @@ BAD_INPUT = [
     ),
     (
         ["--model", "nope"],
-        "Error: unknown model 'nope': expected one of gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-tiny "
-        "or package.module:factory",
+        "Error: unknown model 'nope': expected one of gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-tiny, "
+        "hf:gpt2, hf:gpt2-medium, hf:gpt2-large, hf:gpt2-xl, hf:gpt2-tiny, hf:smollm-135m, hf:llama-tiny, "
+        "hf:PATH (a local Hugging Face config directory) or package.module:factory",
     ),
     (
         ["--model", "tests.fault_models:missing"],

@@ -11,6 +11,7 @@ import yaml
 
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
+from autotune.integrations import hf, lightning
 from autotune.recipe import Recipe
 from autotune.recipe.export import FORMATS, render
 from tests.helpers import invoke
@@ -66,7 +67,8 @@ def test_yaml_is_the_same_data():
 
 
 def test_unknown_format_lists_the_formats(tmp_path):
-    with pytest.raises(UsageError, match=r"unknown export format 'toml'; formats: json, yaml, hf, lightning$"):
+    formats = "json, yaml, hf, hf-json, lightning, lightning-json"
+    with pytest.raises(UsageError, match=rf"unknown export format 'toml'; formats: {formats}$"):
         render(make_recipe(), "toml")
     # Each format the error lists is rendered, and `autotune export --format` offers it.
     recipe = make_recipe(**TUNED)
@@ -79,56 +81,78 @@ def test_unknown_format_lists_the_formats(tmp_path):
 
 
 def test_hf_tuned_recipe():
-    text = render(make_recipe(**TUNED), "hf")
-    args = assigned_dict(text, "training_args")
-    assert args == {
-        "per_device_train_batch_size": 16,  # 16384 // 1024
-        "dataloader_num_workers": 4,
-        "dataloader_pin_memory": True,
-        "dataloader_prefetch_factor": 2,
-        "dataloader_persistent_workers": True,
-        "bf16": True,
-        "fp16": False,
-        "tf32": False,
-        "torch_compile": True,
-        "torch_compile_mode": "max-autotune",
-        "gradient_checkpointing": True,
-        "group_by_length": True,
-    }
-    # What TrainingArguments cannot say is said in comments.
-    assert "blocks [0, 1, 5] of 12" in text
+    """The snippet's arguments are `hf.training_arguments` (their values, in the installed
+    transformers' names, are pinned in tests/recipe/test_integrations.py); what they cannot
+    say is said in comments."""
+    recipe = make_recipe(**TUNED)
+    text = render(recipe, "hf")
+    assert assigned_dict(text, "training_args") == hf.training_arguments(recipe)
+    assert "# - The recipe checkpoints blocks [0, 1, 5] of 12 only; TrainingArguments checkpoints every block" in text
+    assert '# - The recipe compiles each block (block.compile(mode="max-autotune")); Trainer' in text
+    assert "recipe.apply_to_model(model) and hf.training_arguments(recipe, model_applied=True)" in text
     assert 'attn_implementation="sdpa"' in text
-    assert "sdpa_kernel([SDPBackend.FLASH_ATTENTION])" in text
-    assert "token budget" in text and "group_by_length=True is the closest" in text
+    assert "#     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):\n#         trainer.train()\n" in text
+    assert "by token budget (16384 tokens a step, padding included); grouping by length" in text
 
 
 @pytest.mark.parametrize(
-    "amp,flags", [("float16", (False, True, False)), ("tf32", (False, False, True)), ("float32", (False, False, False))]
+    "amp,flags",
+    [
+        ("float16", {"bf16": False, "fp16": True}),
+        ("tf32", {"bf16": False, "fp16": False, "tf32": True}),  # tf32 only when asked: False would undo the user's
+        ("float32", {"bf16": False, "fp16": False}),
+    ],
 )
 def test_hf_precision_variants(amp, flags):
     args = assigned_dict(render(make_recipe(amp_dtype=amp, batching="fixed", token_budget=512), "hf"), "training_args")
-    assert (args["bf16"], args["fp16"], args["tf32"]) == flags
-    assert args["torch_compile"] is False and args["torch_compile_mode"] is None
-    assert args["gradient_checkpointing"] is False
-    assert args["dataloader_prefetch_factor"] is None  # no workers
-    assert args["per_device_train_batch_size"] == 1  # 512 // 1024, at least one
-    assert "group_by_length" not in args  # fixed batching: nothing to group
+    # No compile, checkpointing, length grouping, prefetch (refused without workers) or use_cpu (a GPU recipe).
+    assert args == {
+        "per_device_train_batch_size": 1,  # 512 // 1024, at least one
+        "dataloader_num_workers": 0,
+        "dataloader_pin_memory": False,
+        "dataloader_persistent_workers": False,
+        **flags,
+    }
 
 
 def test_lightning_tuned_recipe():
-    text = render(make_recipe(**TUNED), "lightning")
-    assert assigned_dict(text, "trainer_kwargs") == {"precision": "bf16-mixed"}
-    assert assigned_dict(text, "dataloader_kwargs") == {
-        "batch_size": 16,
-        "num_workers": 4,
-        "pin_memory": True,
-        "prefetch_factor": 2,
-        "persistent_workers": True,
-    }
-    assert "torch.utils.checkpoint" in text and "configure_model" in text
-    assert "apply_to_model" in text
-    assert 'block.compile(mode="max-autotune")' in text
+    """The snippet's arguments are `lightning.trainer_kwargs` / `dataloader_kwargs` (their values
+    are pinned in tests/recipe/test_integrations.py); checkpointing and compile, which no
+    argument sets, are named with the calls that do them."""
+    recipe = make_recipe(**TUNED)
+    text = render(recipe, "lightning")
+    assert assigned_dict(text, "trainer_kwargs") == lightning.trainer_kwargs(recipe)
+    assert assigned_dict(text, "dataloader_kwargs") == lightning.dataloader_kwargs(recipe)
+    assert "# - The recipe checkpoints blocks [0, 1, 5] of 12 (torch.utils.checkpoint.checkpoint" in text
+    assert 'then compiles each block (block.compile(mode="max-autotune"))' in text
+    assert "call recipe.apply_to_model(self.model) in LightningModule.configure_model" in text
+    assert "#     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):\n#         trainer.fit(...)\n" in text
     assert "set_float32_matmul_precision" not in text
+
+
+@pytest.mark.parametrize(
+    "scope,hf_note,lightning_note",
+    [
+        (
+            "blocks+head",
+            'The recipe compiles each block (block.compile(mode="default")) and the head '
+            '(torch.compile(model.head_loss, mode="default")); Trainer\'s torch_compile compiles the whole model.',
+            'The recipe compiles each block (block.compile(mode="default")) and the head '
+            '(torch.compile(model.head_loss, mode="default")): call recipe.apply_to_model(self.model)',
+        ),
+        (
+            "model",
+            "The recipe compiles the whole model, as Trainer's torch_compile does.",
+            'The recipe compiles the whole model (model.compile(mode="default")): call recipe.apply_to_model',
+        ),
+    ],
+)
+def test_snippets_name_the_compile_scope(scope, hf_note, lightning_note):
+    recipe = make_recipe(compile_mode="default", compile_scope=scope)
+    hf_text, lightning_text = render(recipe, "hf"), render(recipe, "lightning")
+    assert f"# - {hf_note}" in hf_text and "each block" not in hf_text.replace(hf_note, "")
+    assert f"# - {lightning_note}" in lightning_text
+    assert ("model_applied=True" in hf_text) is (scope != "model")  # Trainer's own compile is the recipe's
 
 
 @pytest.mark.parametrize("amp,precision", [("float16", "16-mixed"), ("float32", "32-true"), ("tf32", "32-true")])

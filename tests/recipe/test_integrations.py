@@ -5,7 +5,6 @@ lightning-json` on the command line. Against the real transformers, accelerate a
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import tempfile
@@ -22,7 +21,7 @@ from autotune.config import TrainConfig  # noqa: E402
 from autotune.errors import AutotuneError  # noqa: E402
 from autotune.integrations import hf, lightning  # noqa: E402
 from autotune.recipe import Recipe  # noqa: E402
-from autotune.recipe.export import FORMATS, render  # noqa: E402
+from autotune.recipe.export import render  # noqa: E402
 
 FIVE = int(transformers.__version__.split(".")[0]) >= 5
 TUNED = dict(
@@ -202,10 +201,6 @@ def test_what_lightning_refuses_is_an_error():
 # --- export on the command line ------------------------------------------------------------------------
 
 
-def test_export_formats():
-    assert FORMATS == ("json", "yaml", "hf", "hf-json", "lightning", "lightning-json")
-
-
 def test_export_hf_json_loads_into_training_arguments(tmp_path):
     path = make_recipe("cpu", amp_dtype="bfloat16", checkpoint_layers=(0,)).save(tmp_path / "r.json")
     result = CliRunner().invoke(main, ["export", str(path), "--format", "hf-json"])
@@ -225,23 +220,15 @@ def test_export_lightning_json(tmp_path):
     }
 
 
-def assigned_dict(source: str, name: str) -> dict:
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name:
-            return {kw.arg: ast.literal_eval(kw.value) for kw in node.value.keywords}
-    raise AssertionError(f"no {name} in:\n{source}")
-
-
 def test_the_python_snippets_say_what_checked_them():
+    """What is in the snippets is tested in tests/recipe/test_export.py; here, the line saying
+    which installed version's names they are and that it accepts them."""
     text = render(make_recipe(**TUNED), "hf")
-    assert f"# field names of transformers {transformers.__version__} (installed); checked: " in text
-    args = assigned_dict(text, "training_args")
-    assert args == hf.training_arguments(make_recipe(**TUNED))
-    assert "blocks [0, 1, 5] of 12 only" in text and "model_applied=True" in text
-    assert "with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):" in text
+    expected = f"# field names of transformers {transformers.__version__} (installed); checked: transformers "
+    assert expected + f"{transformers.__version__} accepts these TrainingArguments" in text
     unstable = make_recipe(**TUNED)
     unstable.measured["unstable"] = True
     assert "# UNSTABLE: its step times varied" in render(unstable, "hf")
-    pytest.importorskip("lightning")
+    pl = pytest.importorskip("lightning")
     text = render(make_recipe(**TUNED), "lightning")
-    assert "checked: Lightning" in text and assigned_dict(text, "trainer_kwargs") == {"precision": "bf16-mixed"}
+    assert f"# Lightning {pl.__version__} (installed); checked: Lightning {pl.__version__} accepts these" in text

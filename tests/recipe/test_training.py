@@ -72,7 +72,7 @@ def documents(count: int = 200, seed: int = 0, max_len: int = 65) -> list[list[i
 
 def test_dataloader_from_python_lists_respects_the_budget():
     docs = documents()
-    recipe = cpu_recipe(token_budget=256)  # seq_len 64 from the recipe
+    recipe = cpu_recipe(token_budget=256)  # seq_len 64: the longest document's 65 tokens, inputs x[:-1]
     seen_tokens = 0
     for input_ids, labels in recipe.dataloader(docs):
         assert input_ids.dtype == labels.dtype == torch.int64
@@ -92,9 +92,11 @@ def test_dataloader_from_python_lists_respects_the_budget():
 def test_dataloader_accepts_arrays_and_tensors(kind):
     docs = documents(50)
     data = [np.asarray(d, dtype=np.int32) if kind == "numpy" else torch.tensor(d) for d in docs]
-    batches = list(cpu_recipe(token_budget=128, batching="fixed").dataloader(data))
+    batches = list(cpu_recipe(token_budget=128, batching="fixed").dataloader(data, seq_len=64))
     assert len(batches) == 50 // 2  # fixed: token_budget // seq_len = 2 sequences of 64 each
-    assert all(x.shape == (2, 64) for x, _ in batches)
+    assert all(x.shape == (2, 64) and x.dtype == torch.int64 for x, _ in batches)
+    rows = [x[i][y[i] != -100].tolist() for x, y in batches for i in range(2)]
+    assert sorted(rows) == sorted(d[:-1] for d in docs)  # every item once, its values intact
 
 
 class CountingDataset:
@@ -121,18 +123,16 @@ def test_dataloader_uses_lengths_without_reading():
     assert 0 < data.reads <= 256
 
 
-def test_dataloader_default_seq_len_is_the_longest_item():
-    docs = documents(40, max_len=33)
-    recipe = cpu_recipe(token_budget=256, batching="fixed", model={"name": "x"})  # no seq_len recorded
-    x, _ = next(iter(recipe.dataloader(docs)))
-    assert x.shape[1] == max(len(d) for d in docs) - 1
-
-
 def test_dataloader_refuses_items_longer_than_seq_len():
-    with pytest.raises(UsageError, match="more than seq_len"):
-        cpu_recipe().dataloader([[1] * 100])
-    with pytest.raises(UsageError, match="at least 2"):
-        cpu_recipe().dataloader([[1, 2, 3], [4]])
+    """seq_len given (the default is the longest document, so only a given one or the model's
+    context can be exceeded): a longer item is refused by its index in the dataset, short
+    documents skipped before it included."""
+    aligned = r"dataset item 2 has 100 tokens, more than seq_len 64 \+ 1 = 65; cut documents into pieces of at most 65"
+    with pytest.raises(UsageError, match=aligned):
+        cpu_recipe().dataloader([[1] * 65, [7], [1] * 100], seq_len=64)
+    unshifted = r"dataset item 0 has 65 tokens, more than seq_len 64; cut documents into pieces of at most 64 tokens"
+    with pytest.raises(UsageError, match=unshifted):
+        cpu_recipe().dataloader([[1] * 65], seq_len=64, labels="unshifted")
 
 
 def test_custom_collate_fn_is_used():
