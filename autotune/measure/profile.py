@@ -163,7 +163,10 @@ def profile_config(
         loader = build_dataloader(dataset, cfg, seq_len=shape.context_length, seed=seed)
         batches = endless_batches(loader)
 
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if info.kind == "cuda" else [])
+        # Device time where this torch build can trace the GPU (kineto with CUPTI); a build
+        # without it would trace nothing on the device, and asking for it anyway is very slow.
+        device_time = info.kind == "cuda" and ProfilerActivity.CUDA in torch.profiler.supported_activities()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device_time else [])
         tokens = 0
         try:
             # As measure does: every shape first, so compiles, recompiles and CUDA graph
@@ -192,7 +195,7 @@ def profile_config(
             batches.close()  # DataLoader workers go now, not at garbage collection
     trace = out / TRACE_NAME
     prof.export_chrome_trace(str(trace))
-    seconds, ops = attribute(prof.events(), device_time=info.kind == "cuda")
+    seconds, ops = attribute(prof.events(), device_time=device_time)
     shares, seconds = _shares(seconds, wall)
     total = max(wall, sum(seconds.values()))
     top_ops = [
@@ -207,7 +210,7 @@ def profile_config(
         steps=steps,
         warmup_steps=warm.shape_steps + len(warm.data_steps),
         wall_s=wall,
-        time_basis="self device time" if info.kind == "cuda" else "self CPU time",
+        time_basis="self device time" if device_time else "self CPU time",
         seconds=seconds,
         shares=shares,
         top_ops=top_ops,
