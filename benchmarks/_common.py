@@ -27,15 +27,19 @@ def dimension_values(space: SearchSpace, dim: Dimension) -> list[Any]:
 
 
 def enumerate_space(space: SearchSpace) -> Iterator[tuple[dict[str, Any], TrainConfig]]:
-    """Every configuration of `space`, as (Optuna params, TrainConfig), conditional
-    dimensions included only where their `when` holds (the order `suggest` asks them in)."""
+    """Every configuration of `space`, as (Optuna params, TrainConfig): the params `suggest`
+    asks for, in its order. A conditional dimension is included only where its `when` holds
+    (a knob the configuration does not set counts at its default), and a checkpoint placement
+    only for a partial count (none is none, all is all)."""
+
+    defaults = TrainConfig().to_dict()
 
     def walk(names: Sequence[str], values: dict[str, Any], params: dict[str, Any]):
         if not names:
             yield from checkpoints(values, params)
             return
         dim = space.dimensions[names[0]]
-        if dim.when and not matches(dim.when, values):
+        if dim.when and not matches(dim.when, {**defaults, **values}):
             yield from walk(names[1:], values, params)
             return
         for v in dimension_values(space, dim):
@@ -46,12 +50,13 @@ def enumerate_space(space: SearchSpace) -> Iterator[tuple[dict[str, Any], TrainC
             yield params, to_config(values)
             return
         for count in dimension_values(space, space.checkpoint.count):
-            placements = list(space.checkpoint.placements) if count > 0 else [None]
+            n_layer = space.n_layer or count
+            placements = list(space.checkpoint.placements) if 0 < count < n_layer else [None]
             for placement in placements:
                 p = {**params, "checkpoint_count": count}
                 if placement is not None:
                     p["checkpoint_placement"] = placement
-                layers = checkpoint_layers(count, placement or "spread", space.n_layer or count)
+                layers = checkpoint_layers(count, placement or "spread", n_layer)
                 yield p, to_config({**values, "checkpoint_layers": layers})
 
     yield from walk(list(space.dimensions), dict(space.fixed), {})

@@ -100,6 +100,28 @@ def fresh_dynamo():
 
 
 @pytest.fixture
+def aot_eager(monkeypatch):
+    """torch.compile through dynamo and AOTAutograd (graphs, guards, recompiles, the joint
+    forward/backward with its checkpoints) without inductor's code generation, a C++ compile
+    per graph that costs tens of seconds on these CPUs. For tests about what dynamo traces and
+    how often; a test about generated kernels compiles for real."""
+    import torch
+
+    real_compile, real_module_compile = torch.compile, torch.nn.Module.compile
+
+    def compile_(model=None, *, mode=None, backend="inductor", options=None, **kwargs):
+        if model is None:  # used as a decorator factory
+            return lambda fn: real_compile(fn, backend="aot_eager", **kwargs)
+        return real_compile(model, backend="aot_eager", **kwargs)
+
+    def module_compile(self, *args, mode=None, backend="inductor", options=None, **kwargs):
+        return real_module_compile(self, *args, backend="aot_eager", **kwargs)
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    monkeypatch.setattr(torch.nn.Module, "compile", module_compile)
+
+
+@pytest.fixture
 def workdir(tmp_path, monkeypatch) -> Path:
     """The test's tmp dir as the working directory; trial processes can import tests.*."""
     monkeypatch.chdir(tmp_path)

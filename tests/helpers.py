@@ -343,20 +343,32 @@ def load(url: str, study: str) -> optuna.Study:
 
 class RecordingLoader:
     """Wraps the DataLoader that `measure()` builds and records every batch it yields, in
-    order: the first `warmup_steps` are warm-up, the next `steps` the timed window."""
+    order: the first `warmup_steps` are warm-up, the next `steps` the timed window (the shape
+    warm-up's synthetic batches come from no loader: they are not recorded)."""
 
     def __init__(self, loader, record: "BatchRecord") -> None:
         self.loader = loader
         self.record = record
 
     def __iter__(self):
-        for input_ids, labels in self.loader:
+        for batch in self.loader:  # (input_ids, labels), and document_ids under a document mask
+            input_ids, labels = batch[0], batch[1]
             self.record.shapes.append(tuple(input_ids.shape))
             self.record.tokens.append(int((labels != -100).sum()))
-            yield input_ids, labels
+            yield batch
 
     def __len__(self) -> int:
         return len(self.loader)
+
+    # What measure() reads of its loader besides the batches (`distinct_batch_shapes`, for the
+    # shape warm-up): the spy must not change the run it watches.
+    @property
+    def batch_sampler(self):
+        return self.loader.batch_sampler
+
+    @property
+    def collate_fn(self):
+        return self.loader.collate_fn
 
 
 class BatchRecord:

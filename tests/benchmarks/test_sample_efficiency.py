@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
 import pytest
+from optuna.trial import FixedTrial
 
 from tests.helpers import ROOT
 
@@ -36,11 +38,43 @@ def test_sweep_enumerates_conditional_dimensions():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from _common import enumerate_space
 
+    from autotune.search.sampling import suggest
     from autotune.search.space_file import load_space
 
     space = load_space(ROOT / "search_spaces" / "cpu.yaml", n_layer=2, seq_len=128)
     configs = list(enumerate_space(space))
-    # workers 0: 1 way; workers 1, 2: x2 prefetch x2 persistent -> 1 + 8 = 9 data-loader ways;
-    # checkpoint: 0, or 1..2 x 3 placements -> 7 ways
-    assert len(configs) == 9 * 5 * 2 * 2 * 2 * 7
+
+    # The count, read off the space: every dimension multiplies it, except the conditional
+    # ones, which multiply only the values their condition holds for.
+    dims = space.dimensions
+    conditional = {name: dim.when for name, dim in dims.items() if dim.when}
+    assert conditional == {  # the conditions counted below (a new one must be counted too)
+        "prefetch_factor": {"num_workers": {"gt": 0}},
+        "persistent_workers": {"num_workers": {"gt": 0}},
+        "compile_scope": {"compile_mode": "default"},
+    }
+    ways = {name: len(dim.choices) for name, dim in dims.items()}
+    with_workers = sum(w > 0 for w in dims["num_workers"].choices)
+    loader = ways["num_workers"] - with_workers + with_workers * ways["prefetch_factor"] * ways["persistent_workers"]
+    compiling = sum(m == "default" for m in dims["compile_mode"].choices)
+    compile_ways = ways["compile_mode"] - compiling + compiling * ways["compile_scope"]
+    unconditional = math.prod(
+        n for name, n in ways.items() if name not in {"num_workers", "compile_mode"} and name not in conditional
+    )
+    # Checkpointing: none, all (whatever the placement), or a partial count in each placement.
+    n_layer, placements = space.n_layer, len(space.checkpoint.placements)
+    count = space.checkpoint.count
+    assert (count.low, count.high, count.step) == (0, n_layer, 1)
+    checkpoint_ways = 2 + (n_layer - 1) * placements
+    assert len(configs) == loader * compile_ways * unconditional * checkpoint_ways
+
+    # Each point of the space once (two placements may still give the same blocks: of two
+    # blocks, "last" and "spread" are both block 1).
+    assert len({json.dumps(p, sort_keys=True) for p, _ in configs}) == len(configs)
+    for params, cfg in configs:  # the params are exactly those `suggest` asks, and give cfg
+        trial = FixedTrial(params)
+        assert suggest(space, trial) == cfg
+        assert trial.params == params
     assert all("prefetch_factor" not in p for p, c in configs if c.num_workers == 0)
+    assert all("compile_scope" not in p for p, c in configs if c.compile_mode == "none")
+    assert all("checkpoint_placement" not in p for p, c in configs if len(c.checkpoint_layers) in (0, n_layer))

@@ -53,8 +53,12 @@ def test_python_m_autotune_bench_json():
         "batching": "padded",
         "amp_dtype": "float32",
         "compile_mode": "none",
+        "compile_scope": "blocks",
         "sdpa_backend": "auto",
+        "loss_impl": "standard",
+        "attention_mask": "causal",
         "checkpoint_layers": [],
+        "expandable_segments": False,
     }
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from autotune.config import TrainConfig
-from autotune.data.batching import build_dataloader
+from autotune.data.batching import build_dataloader, distinct_batch_shapes
 from autotune.data.datasets import make_dataset
 from autotune.knobs.apply import apply_model_knobs
 from autotune.knobs.compile import apply_compile, is_compiled
@@ -78,17 +78,22 @@ def test_compile_compiles_each_block_and_runs_compiled_graphs(fresh_dynamo):
 
 @pytest.mark.compile
 def test_compiled_padded_run_does_not_recompile_while_timed(fresh_dynamo, batch_record):
-    """Padded batches vary in width; a compiled run must not recompile every step (that
-    would time the compiler). Warm-up runs until dynamo has seen two widths and made the
-    length dynamic, so the timed steps, with widths warm-up never saw, reuse the graph."""
+    """Padded batches vary in width; a compiled run must not compile while timed (that would
+    time the compiler). Warm-up steps on a batch of every distinct shape the sampler will
+    produce, pass after pass until a pass compiles nothing, so the timed steps, whatever
+    widths they meet, run graphs made before the clock started."""
     spec = tiny_spec(steps=6)
     m = measure(spec, COMPILE_RUN_CFG)
     assert m.outcome == "ok", m.reason
-    assert batch_record.shapes[0] == first_measured_shape(COMPILE_RUN_CFG)
-    warm = {w for _, w in batch_record.shapes[: m.warmup_steps]}
-    timed = [w for _, w in batch_record.shapes[m.warmup_steps : m.warmup_steps + m.steps]]
-    assert len(warm) >= 2 and m.warmup_steps >= 2  # the extra warm-up for shapes happened
-    assert len(timed) == m.steps and set(timed) - warm, (warm, timed)  # new widths were timed
-    assert m.recompiles_during_timing == 0
+    shapes = distinct_batch_shapes(batch_record.loaders[0])
+    assert shapes is not None and len({w for _, w in shapes}) >= 2  # padded: several widths
+    # Whole passes over the shapes, at least two: the first compiles, the last compiles nothing.
+    assert m.shape_warmup_steps > 0 and m.shape_warmup_steps % len(shapes) == 0
+    assert m.shape_warmup_steps >= 2 * len(shapes)
+    assert m.warmup_steps == spec.warmup
+    timed = batch_record.shapes[m.warmup_steps :]
+    assert len(timed) == m.steps and set(timed) <= set(shapes), (shapes, timed)  # each timed shape was warmed
+    assert len({w for _, w in timed}) >= 2, timed  # and the window met more than one width
+    assert m.recompiles_during_timing == 0 and m.retimed_windows == 0
     assert m.compile_time_s > 0
     assert m.config["compile_mode"] == "default"

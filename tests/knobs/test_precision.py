@@ -1,6 +1,7 @@
 """autotune.knobs.precision: sdpa_backend selects the kernel that really runs (and fails loudly
-when it cannot), amp_dtype the matmul dtype, tf32 is set and restored, the scaler only for
-float16. Each test observes the knob's effect, not just that a field was stored."""
+when it cannot), amp_dtype the matmul dtype, TF32 (torch 2.13's fp32_precision flags) is set
+for the step and restored, the scaler only for float16. Each test observes the knob's effect,
+not just that a field was stored."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from autotune.config import TrainConfig
-from autotune.knobs.precision import grad_scaler, precision, training_context
+from autotune.knobs.precision import fp32_precision, grad_scaler, precision, set_tf32, training_context
 from autotune.measure.outcomes import is_sdpa_unsupported_error
 from tests.helpers import FLASH_OP, MATH_OP, batch, tiny
 
@@ -71,19 +72,51 @@ def test_grad_scaler_only_for_float16():
         assert not grad_scaler("cpu", amp).is_enabled()
 
 
+def tf32_state() -> tuple[str, str, str, str]:
+    """TF32 as torch 2.13 keeps it: the matmul flag, the legacy global inductor reads, and
+    cuDNN's convolution and RNN flags."""
+    cudnn = torch.backends.cudnn
+    return (
+        torch.backends.cuda.matmul.fp32_precision,
+        torch.get_float32_matmul_precision(),
+        cudnn.conv.fp32_precision,
+        cudnn.rnn.fp32_precision,
+    )
+
+
+TF32_ON = ("tf32", "high", "tf32", "tf32")
+TF32_OFF = ("ieee", "highest", "ieee", "ieee")
+
+
 def test_tf32_is_set_inside_and_restored_after():
-    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-    saved = (matmul.allow_tf32, cudnn.allow_tf32)
+    saved_matmul = torch.get_float32_matmul_precision()
+    saved_cudnn = {op: getattr(torch.backends.cudnn, op).fp32_precision for op in ("conv", "rnn")}
     try:
-        matmul.allow_tf32 = cudnn.allow_tf32 = False
-        with precision("cuda", "tf32"):
-            assert matmul.allow_tf32 and cudnn.allow_tf32
-        assert not matmul.allow_tf32 and not cudnn.allow_tf32
+        set_tf32(False)
+        assert tf32_state() == TF32_OFF
+        with fp32_precision("tf32"):
+            assert tf32_state() == TF32_ON
+        assert tf32_state() == TF32_OFF
         with pytest.raises(KeyError):  # restored on an error too
-            with precision("cuda", "tf32"):
+            with fp32_precision("tf32"):
                 raise KeyError("boom")
-        assert not matmul.allow_tf32 and not cudnn.allow_tf32
-        with precision("cpu", "float32"):
-            assert not matmul.allow_tf32  # float32 means full float32 matmuls
+        assert tf32_state() == TF32_OFF
+        set_tf32(True)  # a caller that had TF32 on
+        for amp in ("float32", "bfloat16", "float16"):
+            with fp32_precision(amp):
+                assert tf32_state() == TF32_OFF  # anything but tf32 means full float32 matmuls
+            assert tf32_state() == TF32_ON
+        # The forward pass's context leaves TF32 alone: it is the whole step's setting.
+        set_tf32(False)
+        with precision("cuda", "tf32"):
+            assert tf32_state() == TF32_OFF
+        # A caller that wrote the matmul flag directly (the legacy global then cannot be
+        # read): its flag comes back.
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        with fp32_precision("float32"):
+            assert tf32_state() == TF32_OFF
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
     finally:
-        matmul.allow_tf32, cudnn.allow_tf32 = saved
+        torch.set_float32_matmul_precision(saved_matmul)
+        for op, value in saved_cudnn.items():
+            getattr(torch.backends.cudnn, op).fp32_precision = value

@@ -249,7 +249,7 @@ def _train_and_eval(model, cfg: TrainConfig, width: int) -> None:
     ],
     ids=["gpt2-8-blocks", "llama-math-sdpa"],
 )
-def test_checkpointed_compiled_hf_blocks_compile_once(make, overrides, sdpa, fresh_dynamo):
+def test_checkpointed_compiled_hf_blocks_compile_once(make, overrides, sdpa, fresh_dynamo, aot_eager):
     import torch._dynamo
     from torch._dynamo.utils import counters
 
@@ -269,7 +269,7 @@ def test_checkpointed_compiled_hf_blocks_compile_once(make, overrides, sdpa, fre
 
 
 @pytest.mark.compile
-def test_a_whole_model_compile_over_eager_checkpointed_blocks(fresh_dynamo):
+def test_a_whole_model_compile_over_eager_checkpointed_blocks(fresh_dynamo, aot_eager):
     """Trainer's torch_compile (or a user's torch.compile) over a model whose blocks the recipe
     checkpointed in eager: the checkpoint's SDPA-keeping context is an eager-only measure and
     dynamo's tracer refused it (NotImplementedError: checkpoint not implemented for context_fn)."""

@@ -80,32 +80,46 @@ def test_suggest_applies_fixed_knobs():
     )
 
 
-def _tiny_param_sets():
+def _tiny_param_sets(n_layer: int):
+    """Every point of the tiny space at this depth, as the params `suggest` asks: a placement
+    only for a partial count (none is none, all is all)."""
     for budget in (1024, 2048):
         for backend in ("math", "flash"):
-            yield {**TINY_PARAMS, "token_budget": budget, "sdpa_backend": backend}
-            for count in (1, 2):
+            base = {**TINY_PARAMS, "token_budget": budget, "sdpa_backend": backend}
+            yield base
+            for count in range(1, n_layer):
                 for placement in ("first", "last", "spread"):
-                    yield {
-                        **TINY_PARAMS,
-                        "token_budget": budget,
-                        "sdpa_backend": backend,
-                        "checkpoint_count": count,
-                        "checkpoint_placement": placement,
-                    }
+                    yield {**base, "checkpoint_count": count, "checkpoint_placement": placement}
+            yield {**base, "checkpoint_count": n_layer}
 
 
 def test_params_for_round_trip():
-    space = bind_space(TINY_SPACE)
-    for params in _tiny_param_sets():
-        cfg = suggest(space, FixedTrial(params))
-        back = params_for(space, cfg)
-        assert back is not None, params
-        assert suggest(space, FixedTrial(back)) == cfg
-        # The same params, except where two placements give the same blocks (of two blocks,
-        # "last" and "spread" are both block 1; all blocks are all blocks whatever the placement).
-        if params["checkpoint_count"] == 0 or params["checkpoint_placement"] == "first":
-            assert back == params
+    for n_layer in (2, 4):
+        space = bind_space(TINY_SPACE, n_layer=n_layer)
+        for params in _tiny_param_sets(n_layer):
+            trial = FixedTrial(params)
+            cfg = suggest(space, trial)
+            assert trial.params == params  # exactly these were asked
+            back = params_for(space, cfg)
+            assert back is not None, params
+            assert suggest(space, FixedTrial(back)) == cfg
+            if n_layer == 2 and params.get("checkpoint_placement") in ("last", "spread"):
+                # Of two blocks, "last" and "spread" are both block 1: either placement will do.
+                assert back == {**params, "checkpoint_placement": back["checkpoint_placement"]}
+                assert back["checkpoint_placement"] in ("last", "spread")
+            else:  # every other placement gives its own blocks, and all blocks need none
+                assert back == params
+
+
+def test_placement_is_asked_only_for_a_partial_count():
+    space = bind_space(TINY_SPACE, n_layer=2)
+    study = optuna.create_study()
+    for count, asked in ((0, False), (1, True), (2, False)):
+        study.enqueue_trial({**TINY_PARAMS, "checkpoint_count": count})
+        trial = study.ask()
+        cfg = suggest(space, trial)
+        assert ("checkpoint_placement" in trial.params) is asked
+        assert len(cfg.checkpoint_layers) == count
 
 
 def test_params_for_outside_the_space():
