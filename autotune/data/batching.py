@@ -237,6 +237,8 @@ def distinct_batch_shapes(loader: DataLoader) -> list[tuple[int, int]] | None:
     epoch (length-grouped cuts depend only on the sorted widths; fixed and packed batches
     have one shape). None when the loader is not one `build_dataloader` made with our collate."""
     sampler, collate = getattr(loader, "batch_sampler", None), getattr(loader, "collate_fn", None)
+    if isinstance(collate, DocumentCollate) and isinstance(sampler, FixedBatchSampler):
+        return [(sampler.batch_size, loader.dataset.seq_len)]  # packed windows with their documents
     if not isinstance(collate, PadCollate):
         return None
     if isinstance(sampler, TokenBudgetBatchSampler):
@@ -248,6 +250,13 @@ def distinct_batch_shapes(loader: DataLoader) -> list[tuple[int, int]] | None:
     else:
         return None
     return sorted(shapes, key=lambda shape: (-shape[1], -shape[0]))
+
+
+def carries_document_ids(loader: DataLoader) -> bool:
+    """Whether the loader's batches are (input_ids, labels, document_ids): packed windows under
+    attention_mask=document. Warm-up batches must then carry document ids too, or they would
+    warm the plain causal graph and not the document-masked one."""
+    return isinstance(getattr(loader, "collate_fn", None), DocumentCollate)
 
 
 # ------------------------------------------------------------------------ padding figures

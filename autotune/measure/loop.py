@@ -30,9 +30,10 @@ from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
+from torch.utils.data import DataLoader
 
 from autotune.config import IGNORE_INDEX, RunSpec, TrainConfig
-from autotune.data.batching import build_dataloader, distinct_batch_shapes
+from autotune.data.batching import build_dataloader, carries_document_ids, distinct_batch_shapes
 from autotune.data.datasets import make_dataset
 from autotune.device import DeviceInfo, ProcessTreeMemory, cuda_index, describe
 from autotune.errors import UsageError
@@ -111,13 +112,12 @@ class _Run:
                 self.spec.data, vocab_size=self.shape.vocab_size, seq_len=seq_len, seed=self.spec.seed
             )
             loader = build_dataloader(dataset, self.cfg, seq_len=seq_len, seed=self.spec.seed)
-            shapes = distinct_batch_shapes(loader)
             batches = endless_batches(loader)
             step = make_train_step(model, optimizer, scaler, device=self.device, device_kind=self.kind, cfg=self.cfg)
             self.phase["setup"] = time.perf_counter() - t
             try:
                 t = time.perf_counter()
-                warm = self._warm_up(batches, step, shapes)
+                warm = self._warm_up(batches, step, loader)
                 self.phase["warmup"] = time.perf_counter() - t
                 t = time.perf_counter()
                 window = self._clean_window(batches, step)
@@ -142,11 +142,12 @@ class _Run:
 
     # --- the steps ------------------------------------------------------------------------
 
-    def _warm_up(self, batches: Iterator, step: Callable, shapes: list[tuple[int, int]] | None) -> WarmUp:
+    def _warm_up(self, batches: Iterator, step: Callable, loader: DataLoader) -> WarmUp:
         warm = warm_up(
             step,
             batches,
-            shapes=shapes,
+            shapes=distinct_batch_shapes(loader),
+            documents=carries_document_ids(loader),
             vocab_size=self.shape.vocab_size,
             data_steps=self.spec.warmup,
             sync=self.session.sync,

@@ -46,7 +46,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from autotune.config import IGNORE_INDEX, TrainConfig, check_int
-from autotune.data.batching import build_dataloader, distinct_batch_shapes
+from autotune.data.batching import build_dataloader, carries_document_ids, distinct_batch_shapes
 from autotune.data.datasets import make_dataset
 from autotune.device import describe, resolve_device
 from autotune.errors import UsageError
@@ -175,6 +175,7 @@ def profile_config(
                 step,
                 batches,
                 shapes=distinct_batch_shapes(loader),
+                documents=carries_document_ids(loader),
                 vocab_size=shape.vocab_size,
                 data_steps=warmup,
                 sync=session.sync,

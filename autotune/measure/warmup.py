@@ -51,12 +51,19 @@ class WarmUp:
         return extra
 
 
-def synthetic_batch(shape: tuple[int, int], vocab_size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-    """A (B, T) batch of random tokens, every label real: the shape is what matters here."""
+def synthetic_batch(
+    shape: tuple[int, int], vocab_size: int, generator: torch.Generator, *, documents: bool = False
+) -> tuple[torch.Tensor, ...]:
+    """A (B, T) batch of random tokens, every label real: the shape is what matters here.
+    With `documents`, int32 document ids as packed windows carry them: two documents a row,
+    so the document-masked graph is the one warmed."""
     input_ids = torch.randint(0, vocab_size, shape, generator=generator)
     labels = torch.randint(0, vocab_size, shape, generator=generator)
     labels[:, -1] = IGNORE_INDEX  # as a padded batch ends: the ignore path is warm too
-    return input_ids, labels
+    if not documents:
+        return input_ids, labels
+    document_ids = (torch.arange(shape[1]) >= shape[1] // 2).to(torch.int32).expand(shape).contiguous()
+    return input_ids, labels, document_ids
 
 
 def warm_up(
@@ -64,6 +71,7 @@ def warm_up(
     batches: Iterator[tuple[torch.Tensor, ...]],
     *,
     shapes: list[tuple[int, int]] | None,
+    documents: bool = False,
     vocab_size: int,
     data_steps: int,
     sync: Callable[[], None],
@@ -74,7 +82,7 @@ def warm_up(
     batches; each step synchronized and timed."""
     result = WarmUp()
     generator = torch.Generator().manual_seed(seed)
-    batches_of_shapes = [synthetic_batch(shape, vocab_size, generator) for shape in shapes or ()]
+    batches_of_shapes = [synthetic_batch(shape, vocab_size, generator, documents=documents) for shape in shapes or ()]
     for _ in range(MAX_SHAPE_PASSES if batches_of_shapes else 0):
         before = events.total
         result.shape_passes.append([_timed_step(step, sync, *batch) for batch in batches_of_shapes])

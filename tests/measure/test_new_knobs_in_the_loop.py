@@ -61,6 +61,8 @@ def test_packed_document_steps_pass_document_ids(monkeypatch):
     assert m.outcome == "ok", m.reason
     assert PROBES and set(PROBES) == {(1, 8)}  # the label probe, when the model loads: no training step
     assert m.warmup_steps == SPEC.warmup and len(SEEN) == training_steps(m)
+    # Its one shape is warmed like any other, with document ids: the masked graph is warm.
+    assert m.shape_warmup_steps == 1
     for ids, docs in SEEN:
         assert docs is not None and docs.shape == ids.shape == (4, 64) and docs.dtype == torch.int32
         assert (docs[:, 0] == 0).all() and (docs.diff(dim=1) >= 0).all()
