@@ -387,6 +387,8 @@ class _Parser:
             not isinstance(rule, dict)
             or set(rule) - {"when", "require", "reason"}
             or not {"when", "require"} <= set(rule)
+            or rule["when"] is None
+            or rule["require"] is None
         ):
             raise self.error(key, "expected {when: {...}, require: {...}, reason: text}")
         when = self.condition(f"{key}.when", rule["when"])

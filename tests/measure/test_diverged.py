@@ -46,6 +46,6 @@ def test_a_nan_model_is_never_the_best_nor_a_recipe(tmp_path, monkeypatch):
         "Error: no trial finished a measurement with a finite loss (every run that finished diverged); "
         "no recipe written"
     )
-    (trial,) = [t for t in load_study("nan_loss-cpu", None).trials if t.state != TrialState.WAITING]
+    (trial,) = [t for t in load_study("tests.attack_models-nan_loss-cpu", None).trials if t.state != TrialState.WAITING]
     assert trial.state == TrialState.PRUNED and trial.user_attrs["outcome"] == outcomes.DIVERGED
     assert not (tmp_path / "recipes").exists()

@@ -121,6 +121,10 @@ BAD = {
         "dimensions: {token_budget: {choices: [1024]}}\nrules: {when: {}, require: {}}",
         "rules: expected a list",
     ),
+    "rule_without_require": (  # a null `require` loaded, then every trial crashed in the rule check
+        "dimensions: {token_budget: {choices: [1024]}}\nrules: [{when: {token_budget: 1024}, require: null}]",
+        "rules[0]: expected {when: {...}, require: {...}, reason: text}",
+    ),
     "too_many_workers": (
         "dimensions: {num_workers: {choices: [0, 100]}}",
         "dimensions.num_workers: num_workers 100 is more than",
