@@ -148,13 +148,13 @@ def test_a_data_file_that_cannot_be_read_is_refused_before_the_study(tmp_path, m
     [
         ("factory_raises", "building it raised ValueError: factory boom"),
         ("factory_exits", "exited with status 0 before the model was built"),
-        ("factory_hangs", "building it took longer than 20 s (the trial timeout)"),
+        ("factory_hangs", "building it took longer than 8 s (the trial timeout)"),
     ],
 )
 def test_a_factory_that_raises_exits_or_hangs_is_one_line(tmp_path, monkeypatch, factory, said):
     in_repo_env(monkeypatch)
     args = [a if a != "gpt2-tiny" else f"tests.attack_models:{factory}" for a in FAST]
-    assert said in refused(tmp_path, monkeypatch, "search", *args, "--trial-timeout", "20s")
+    assert said in refused(tmp_path, monkeypatch, "search", *args, "--trial-timeout", "8s")
 
 
 # --- the dashboard --------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def test_a_child_in_a_new_session_dies_with_the_trial_at_the_timeout(tmp_path, m
     pidfile = tmp_path / "child.pid"
     monkeypatch.setenv("AUTOTUNE_TEST_PIDFILE", str(pidfile))
     in_repo_env(monkeypatch)
-    result = run_trial(spec("tests.attack_models:new_session_hang"), TrainConfig(token_budget=1024), timeout_s=40)
+    result = run_trial(spec("tests.attack_models:new_session_hang"), TrainConfig(token_budget=1024), timeout_s=15)
     assert result.outcome == outcomes.TIMEOUT, result.reason
     child = int(pidfile.read_text())
     assert wait_dead(child), f"pid {child}, started with setsid by the trial, outlived it"
