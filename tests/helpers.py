@@ -553,3 +553,17 @@ def synthetic_study(storage: str, name: str = "gpt2-nvidia-h200", n: int = 24, l
             )
             study.add_trial(create_trial(value=rate, constraints={"memory": (peak - limit) / limit}, **common))
     return study
+
+
+# A tuned GPU recipe's configuration: every knob away from its default, blocks checkpointed.
+TUNED = dict(
+    num_workers=4,
+    prefetch_factor=2,
+    pin_memory=True,
+    persistent_workers=True,
+    token_budget=16384,
+    amp_dtype="bfloat16",
+    compile_mode="max-autotune",
+    sdpa_backend="flash",
+    checkpoint_layers=(0, 1, 5),
+)

@@ -14,7 +14,7 @@ from autotune.errors import UsageError
 from autotune.integrations import hf, lightning
 from autotune.recipe import Recipe
 from autotune.recipe.export import FORMATS, render
-from tests.helpers import invoke
+from tests.helpers import TUNED, invoke
 
 
 def make_recipe(**knobs) -> Recipe:
@@ -27,19 +27,6 @@ def make_recipe(**knobs) -> Recipe:
         study={"name": "gpt2-nvidia-h200", "trial": 17},
         created="2026-01-01T00:00:00+00:00",
     )
-
-
-TUNED = dict(
-    num_workers=4,
-    prefetch_factor=2,
-    pin_memory=True,
-    persistent_workers=True,
-    token_budget=16384,
-    amp_dtype="bfloat16",
-    compile_mode="max-autotune",
-    sdpa_backend="flash",
-    checkpoint_layers=(0, 1, 5),
-)
 
 
 def assigned_dict(source: str, name: str) -> dict:

@@ -22,19 +22,9 @@ from autotune.errors import AutotuneError  # noqa: E402
 from autotune.integrations import hf, lightning  # noqa: E402
 from autotune.recipe import Recipe  # noqa: E402
 from autotune.recipe.export import render  # noqa: E402
+from tests.helpers import TUNED  # noqa: E402
 
 FIVE = int(transformers.__version__.split(".")[0]) >= 5
-TUNED = dict(
-    num_workers=4,
-    prefetch_factor=2,
-    pin_memory=True,
-    persistent_workers=True,
-    token_budget=16384,
-    amp_dtype="bfloat16",
-    compile_mode="max-autotune",
-    sdpa_backend="flash",
-    checkpoint_layers=(0, 1, 5),
-)
 
 
 def make_recipe(kind: str = "cuda", **knobs) -> Recipe:
