@@ -17,8 +17,10 @@
 #   step            estimate   cap     what takes the time
 #   dependencies        2 s     90 s   an import check; pip from the wheelhouse only if something is missing
 #   doctor             15 s     60 s   torch import 5 s, CUDA context 2 s, one tiny compile 5 s, SDPA probes 1 s
-#   strong bench       70 s    130 s   process and model 10 s, cold per-block compile of one static shape
-#                                      (forward + lazy backward) 40 s, warm-up 10 s, 1 s timed window
+#   strong bench       70 s    130 s   the strongest combination the space can express (packed, bf16, flash,
+#                                      compile_scope=model, chunked loss): process and model 10 s, a cold
+#                                      whole-model compile of one static shape (forward + lazy backward)
+#                                      40-60 s, warm-up 10 s, 1 s timed window
 #   search            250 s    280 s   stops starting trials after 150 s (--timeout); the last trial is bound by
 #                                      --trial-timeout 90 s; then the search's own confirmation run of its best
 #                                      (30-60 s). Trials: baseline ~20 s, checklist ~70 s (cold dynamic compile),
@@ -133,8 +135,8 @@ if [ "$DRY" = 1 ]; then
   SPACE="$ROOT/tests/spaces/tiny.yaml"; N_TRIALS=2; SEARCH_TIMEOUT=60; TRIAL_TIMEOUT=150
 else
   MODEL=gpt2; DEVICE=cuda:0; RUN=(--warmup 3 --steps 10 --min-time 1)
-  STRONG=(--batching packed --set amp_dtype=bfloat16 --set compile_mode=default --set sdpa_backend=flash
-          --set num_workers=4 --set prefetch_factor=4 --set persistent_workers=true --set pin_memory=true
+  STRONG=(--batching packed --set amp_dtype=bfloat16 --set compile_mode=default --set compile_scope=model
+          --set loss_impl=chunked --set sdpa_backend=flash --set num_workers=4 --set prefetch_factor=4 --set persistent_workers=true --set pin_memory=true
           --set token_budget=65536)
   SPACE="$ROOT/search_spaces/gpu_quick.yaml"; N_TRIALS=8; SEARCH_TIMEOUT=150; TRIAL_TIMEOUT=90
 fi

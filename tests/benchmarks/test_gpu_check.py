@@ -36,6 +36,22 @@ def test_the_header_budget_fits_eight_minutes_and_every_step_runs_under_a_timeou
     assert text.count('timeout 90 "${PIP[@]}"') == 2 and 'timeout 30 "$PY" benchmarks/gpu_table.py' in text
 
 
+def test_the_strong_row_on_a_gpu_is_the_strongest_combination_the_space_expresses():
+    """Issue 3/6: the first GPU run shows packed batches, the whole model compiled with its
+    loss, the chunked loss, bf16 and flash attention in one row (the dry run cannot: CPU)."""
+    gpu_branch = SCRIPT.read_text().split("MODEL=gpt2; DEVICE=cuda:0", 1)[1].split("\nfi\n", 1)[0]
+    strong = re.search(r"STRONG=\((.*?)\)", gpu_branch, flags=re.S).group(1).split()
+    knobs = dict(arg.split("=", 1) for arg in strong if "=" in arg)
+    assert "--batching" in strong and strong[strong.index("--batching") + 1] == "packed"
+    assert {k: knobs[k] for k in ("amp_dtype", "compile_mode", "compile_scope", "loss_impl", "sdpa_backend")} == {
+        "amp_dtype": "bfloat16",
+        "compile_mode": "default",
+        "compile_scope": "model",
+        "loss_impl": "chunked",
+        "sdpa_backend": "flash",
+    }
+
+
 FAKE_PYTHON = """#!/usr/bin/env bash
 # A GPU machine's python, as far as gpu_check.sh can tell: dependencies missing, a system Python
 # that refuses installs (PEP 668), and a doctor that finds an H200 but no C compiler.
