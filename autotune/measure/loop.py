@@ -43,7 +43,7 @@ from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.measure import outcomes
 from autotune.measure.compile_events import CompileEvents
 from autotune.measure.cuda import CudaSession, HostSession, session_for
-from autotune.measure.flops import model_flops_utilization
+from autotune.measure.flops import flops_per_token, model_flops_utilization
 from autotune.measure.measurement import Measurement
 from autotune.measure.step import endless_batches, make_optimizer, make_train_step
 from autotune.measure.warmup import WarmUp, warm_up
@@ -187,7 +187,7 @@ class _Run:
                 window.tokens += int((y != IGNORE_INDEX).sum())  # on the host: no device sync
                 window.positions += y.numel()
                 window.widths.append(y.shape[1])
-                window.positions_per_step.append(y.numel())
+                window.work_per_step.append(self._step_work(y))
                 loss = step(x, y, *documents)
                 clock.mark()
             self.session.sync()
@@ -197,6 +197,12 @@ class _Run:
         window.gpu_utilization = sampler.mean_utilization
         window.final_loss = float(loss.detach())
         return window
+
+    def _step_work(self, labels: torch.Tensor) -> float:
+        """A step's modelled FLOPs, pads included (they are computed): its positions times the
+        FLOPs per token at its width; its positions alone where the model does not say its heads."""
+        per_token = flops_per_token(self.n_params, self.shape, labels.shape[1])
+        return labels.numel() * (per_token or 1.0)
 
     # --- figures --------------------------------------------------------------------------
 
@@ -271,18 +277,20 @@ class _Window:
     gpu_utilization: float | None = None
     final_loss: float | None = None
 
-    positions_per_step: list[int] = field(default_factory=list)
+    work_per_step: list[float] = field(default_factory=list)  # modelled FLOPs of each step (see cv)
 
     @property
     def cv(self) -> float:
-        """Coefficient of variation of the time per computed position. Length-grouped
-        batches differ in shape, so raw step times vary by design; normalizing by each
-        step's positions leaves the noise (for fixed shapes it equals the step-time CV)."""
+        """Coefficient of variation of the time per modelled FLOP. Length-grouped batches
+        differ in shape, so raw step times vary by design, and not in proportion to their
+        positions: attention's cost grows with the width. Normalising by each step's FLOPs
+        (6N per position plus attention at its width) leaves the noise; for one shape it
+        equals the step-time CV."""
         if len(self.step_times) < 2:
             return 0.0
-        per_position = [t / n for t, n in zip(self.step_times, self.positions_per_step)]
-        mean = statistics.fmean(per_position)
-        return statistics.stdev(per_position) / mean if mean > 0 else 0.0
+        per_flop = [t / w for t, w in zip(self.step_times, self.work_per_step)]
+        mean = statistics.fmean(per_flop)
+        return statistics.stdev(per_flop) / mean if mean > 0 else 0.0
 
     def merge(self, other: "_Window") -> "_Window":
         util = [u for u in (self.gpu_utilization, other.gpu_utilization) if u is not None]
@@ -292,7 +300,7 @@ class _Window:
             tokens=self.tokens + other.tokens,
             positions=self.positions + other.positions,
             widths=self.widths + other.widths,
-            positions_per_step=self.positions_per_step + other.positions_per_step,
+            work_per_step=self.work_per_step + other.work_per_step,
             step_times=self.step_times + other.step_times,
             recompiles=self.recompiles + other.recompiles,
             retimed=self.retimed + other.retimed,
