@@ -192,6 +192,10 @@ def redact(url: str) -> str:
         return _shown_raw(url, quote_it=False)
     if parsed.kind != "rdb":
         return base + suffix
+    if suffix and re.search(r"[?&](password|passwd|pwd)=", base, flags=re.I):
+        # A raw '#' in a query password (…&password=PW#RD) reads as PW and a study named RD:
+        # the part after '#' may be the password's end, so it is not shown either.
+        suffix = "#***"
     try:
         return _redact_rdb(base) + suffix
     except Exception:  # noqa: BLE001 - never let a redaction fail open

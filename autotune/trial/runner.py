@@ -36,10 +36,11 @@ from autotune.device.memory import read_stat
 from autotune.knobs.allocator import allocator_env
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
+from autotune.trial import zygote
 from autotune.trial._proc import kill_group, kill_processes, processes_with_env, stderr_tail, stops_deferred
 
 POLL_S = 0.05
-TRIAL_TOKEN_ENV = "AUTOTUNE_TRIAL_TOKEN"
+TRIAL_TOKEN_ENV = zygote.TOKEN_ENV
 
 
 @dataclass
@@ -112,35 +113,46 @@ def run_child(
     on_start: Callable[[int], None] | None = None,
     rss_limit: int | None = None,
 ) -> ChildRun:
-    """Run `python -m autotune.trial MODE REQUEST RESULT PARENT_PID` in its own session, with a
-    timeout, and reap everything it started (see the module's docstring)."""
-    token = secrets.token_hex(16)
+    """Run `python -m autotune.trial MODE REQUEST RESULT PARENT_PID` (forked from the fork
+    server, see `trial.zygote`, or as a fresh interpreter) in its own session, with a timeout,
+    and reap everything it started (see the module's docstring)."""
+    fork = zygote.fork_enabled()
+    token = zygote.token() if fork else secrets.token_hex(16)  # the tuner's, or this trial's
     with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
         request_path, result, stderr_path = Path(tmp, "request.json"), Path(tmp, "result.json"), Path(tmp, "stderr")
         request_path.write_text(json.dumps(request))
+        stderr_path.touch()
+        argv = [*mode, str(request_path), str(result)]
         spawned = time.time()
         seen: dict[int, int] = {}  # descendants seen while it ran: pid -> start time
-        with open(stderr_path, "wb") as stderr:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "autotune.trial", *mode, str(request_path), str(result), str(os.getpid())],
-                stdin=subprocess.DEVNULL,
-                stdout=stderr,
-                stderr=stderr,
-                start_new_session=True,  # its own process group, killed whole
-                env=_child_env(env, token),
-                cwd=os.getcwd(),
-            )
-            try:
-                if on_start is not None:  # inside the try: a Ctrl-C here must still kill the group
-                    on_start(proc.pid)
-                verdict = _wait(proc, timeout_s, rss_limit, seen)
-            finally:
-                # Not cut short by a second signal: a half-done clean-up leaves processes behind.
-                with stops_deferred():
-                    reaped = _reap(proc, seen, token)
+        proc = _start(argv, _child_env(env, token), stderr_path, fork)
+        seen[proc.pid] = _start_time(proc.pid) or 0  # the trial itself, killed by pid if its group is not yet made
+        try:
+            if on_start is not None:  # inside the try: a Ctrl-C here must still kill the group
+                on_start(proc.pid)
+            verdict = _wait(proc, timeout_s, rss_limit, seen)
+        finally:
+            # Not cut short by a second signal: a half-done clean-up leaves processes behind.
+            with stops_deferred():
+                reaped = _reap(proc, seen, token)
         wall = time.time() - spawned
         payload = json.loads(result.read_text()) if verdict is None and result.exists() else None
         return ChildRun(proc.returncode, payload, verdict, stderr_tail(stderr_path), spawned, wall, reaped)
+
+
+def _start(argv: list[str], env: dict[str, str], output: Path, fork: bool) -> zygote.TrialProcess | subprocess.Popen:
+    if fork:
+        return zygote.TrialProcess(argv, env=env, cwd=os.getcwd(), output=str(output))
+    with open(output, "wb") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "autotune.trial", *argv, str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=stderr,
+            stderr=stderr,
+            start_new_session=True,  # its own process group, killed whole
+            env=env,
+            cwd=os.getcwd(),
+        )
 
 
 def _wait(
@@ -171,14 +183,30 @@ def _note_descendants(pid: int, seen: dict[int, int]) -> None:
                 seen[child] = stat.start_time
 
 
-def _reap(proc: subprocess.Popen, seen: dict[int, int], token: str) -> list[int]:
+def _reap(proc: zygote.TrialProcess | subprocess.Popen, seen: dict[int, int], token: str) -> list[int]:
     """Kill the child and everything it started, then wait for the child."""
     _note_descendants(proc.pid, seen)  # whatever started since the last poll, while it is alive
     kill_group(proc.pid)  # workers and anything else that stayed in the trial's group
+    if proc.poll() is None:  # a forked trial may not have made its session yet
+        kill_processes([(proc.pid, seen[proc.pid])])
     proc.wait()
-    reaped = kill_processes(seen.items())
-    reaped += kill_processes(processes_with_env(TRIAL_TOKEN_ENV, token))
+    reaped = kill_processes((pid, start) for pid, start in seen.items() if pid != proc.pid)
+    # Every carrier of the token but this tuner's own children (the fork server and
+    # multiprocessing's resource tracker carry it; a trial's leftovers never are our children).
+    own = os.getpid()
+    carriers = [(pid, start) for pid, start in processes_with_env(TRIAL_TOKEN_ENV, token) if _parent(pid) != own]
+    reaped += kill_processes(carriers)
     return sorted(set(reaped))
+
+
+def _start_time(pid: int) -> int | None:
+    stat = read_stat(pid)
+    return stat.start_time if stat is not None else None
+
+
+def _parent(pid: int) -> int | None:
+    stat = read_stat(pid)
+    return stat.ppid if stat is not None else None
 
 
 def _child_env(extra: dict[str, str] | None, token: str) -> dict[str, str]:

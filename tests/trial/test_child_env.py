@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from autotune.config import RunSpec, TrainConfig
-from autotune.trial import runner
+from autotune.trial import runner, zygote
 from autotune.trial.runner import run_trial
 
 
@@ -16,15 +14,14 @@ class Started(Exception):
 
 
 def started_env(monkeypatch, cfg: TrainConfig, env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment run_trial starts its trial process with (what it hands Popen), without
-    starting it."""
+    """The environment run_trial starts its trial process with, without starting it."""
     seen: list[dict[str, str]] = []
 
-    def popen(*args, **kwargs):
-        seen.append(kwargs["env"])
+    def start(argv, child_env, output, fork):
+        seen.append(child_env)
         raise Started
 
-    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    monkeypatch.setattr(runner, "_start", start)
     with pytest.raises(Started):
         run_trial(RunSpec(model="gpt2-tiny", device="cpu"), cfg, timeout_s=60, env=env)
     (started,) = seen
@@ -41,7 +38,8 @@ def test_child_env_carries_the_knob(monkeypatch):
     assert off["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:256,expandable_segments:False"
     assert "PYTORCH_ALLOC_CONF" not in on  # the device-neutral name only when the user set it
     assert on["EXTRA"] == "1" and on["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    assert on[runner.TRIAL_TOKEN_ENV] != off[runner.TRIAL_TOKEN_ENV]  # each trial's own mark
+    # The tuner's mark (the fork server and every trial carry it; see trial.zygote).
+    assert on[runner.TRIAL_TOKEN_ENV] == off[runner.TRIAL_TOKEN_ENV] == zygote.token()
 
     # A shell that turns expandable segments on cannot turn a false trial into a true one; an
     # env given to run_trial is read as the trial's environment, and torch's device-neutral
@@ -61,13 +59,13 @@ def test_child_env_carries_the_knob(monkeypatch):
 @pytest.mark.process
 def test_run_trial_starts_the_child_with_it(monkeypatch):
     seen: list[dict[str, str]] = []
-    real_popen = subprocess.Popen
+    real_start = runner._start
 
-    def recording_popen(*args, **kwargs):
-        seen.append(kwargs["env"])
-        return real_popen(*args, **kwargs)
+    def recording_start(argv, env, output, fork):
+        seen.append(env)
+        return real_start(argv, env, output, fork)
 
-    monkeypatch.setattr(runner.subprocess, "Popen", recording_popen)
+    monkeypatch.setattr(runner, "_start", recording_start)
     spec = RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=2, min_time_s=0)
     result = run_trial(spec, TrainConfig(expandable_segments=True), timeout_s=120)
     assert seen[0]["PYTORCH_CUDA_ALLOC_CONF"].endswith("expandable_segments:True")

@@ -1,0 +1,142 @@
+"""Trial processes forked from a server that has imported torch once.
+
+A trial needs a process of its own (see `trial.__main__`), but a fresh interpreter pays for
+importing torch every time: 2-5 s of CPU per trial on a small machine, often more than the
+measurement of a small configuration. So a tuner starts trials from multiprocessing's fork
+server, started once with torch imported and CUDA never initialized (forking it is safe; each
+trial starts CUDA, compiles and loads data in its own address space, as a fresh process would).
+
+Each child becomes what `python -m autotune.trial` would be: its own session (its group is
+killed whole), stdout and stderr to the trial's file, the environment and working directory
+the runner gives it (the working directory first on sys.path, as `-m` puts it), and death with
+its parent, the server, which exits when the tuner does.
+
+The server starts with this tuner's token in its environment (TOKEN_ENV). A forked process
+shows the environment of its last exec'd ancestor in /proc/PID/environ, so the token marks
+every trial and everything a trial forks or execs, whatever session it moves to; a tuner runs
+one trial at a time, so when a trial ends every process carrying the token, but the tuner's own
+children (the server, and multiprocessing's resource tracker), is left over from it
+(`runner._reap`).
+
+AUTOTUNE_TRIAL_START=exec starts each trial as a fresh interpreter instead (the old way, for a
+platform without fork)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import multiprocessing
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
+import os
+import secrets
+import sys
+import threading
+import types
+from typing import Any, Iterator
+
+TOKEN_ENV = "AUTOTUNE_TRIAL_TOKEN"
+START_ENV = "AUTOTUNE_TRIAL_START"  # fork (default) | exec
+PRELOAD = ["torch", "torch._dynamo", "autotune.measure.loop"]  # what every trial imports; never CUDA initialization
+
+_lock = threading.RLock()
+_token: str | None = None
+
+
+def fork_enabled() -> bool:
+    return os.environ.get(START_ENV, "fork") != "exec" and "forkserver" in multiprocessing.get_all_start_methods()
+
+
+def token() -> str:
+    """This tuner's token: in the server's environment, so in every trial's."""
+    global _token
+    with _lock:
+        if _token is None:
+            _token = secrets.token_hex(16)
+        return _token
+
+
+class TrialProcess:
+    """A trial forked from the server, with the part of Popen's interface the runner uses."""
+
+    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: str, output: str) -> None:
+        context = _context()
+        self._process = context.Process(target=_child, args=(argv, env, cwd, output), name="autotune-trial")
+        with _lock, _main_module_hidden():
+            self._process.start()
+        self.pid: int = self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """As Popen's: the exit status, or -N for a death by signal N; None while it runs."""
+        return self._process.exitcode
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self) -> int | None:
+        self._process.join()
+        return self.returncode
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """The fork server, started (or restarted, if it died) with the token in its environment."""
+    context = multiprocessing.get_context("forkserver")
+    with _lock:
+        # The resource tracker first and outside the token: it is no trial's.
+        multiprocessing.resource_tracker.ensure_running()
+        context.set_forkserver_preload(PRELOAD)
+        with _environment(TOKEN_ENV, token()):
+            multiprocessing.forkserver.ensure_running()  # a no-op while it runs
+    return context
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """multiprocessing re-imports the parent's main script in every child it starts (so that
+    functions defined there unpickle). A trial needs nothing from it, and a user's script that
+    calls autotune without an `if __name__ == "__main__":` guard would run again in each trial.
+    While a trial starts, __main__ is a stand-in whose name multiprocessing skips (a package's
+    __main__ module, as under `python -m`)."""
+    real = sys.modules["__main__"]
+    stand_in = types.ModuleType("__main__")
+    stand_in.__spec__ = importlib.machinery.ModuleSpec("autotune.trial.__main__", None)
+    sys.modules["__main__"] = stand_in
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = real
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """`name=value` in this process's environment while the server is exec'd, then as before:
+    the tuner's own children (fleet workers, a dashboard) must not carry the token."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def _child(argv: list[str], env: dict[str, Any], cwd: str, output: str) -> None:
+    """In the forked trial: become `python -m autotune.trial ARGV`."""
+    os.setsid()
+    fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.path.insert(0, cwd)
+    from autotune.trial.__main__ import main
+
+    code = main([*argv, str(os.getppid())])  # dies with the server, which dies with the tuner
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # as the script does: skip the interpreter's teardown
