@@ -112,3 +112,18 @@ def test_bench_accumulates_to_the_global_batch():
 def test_a_global_batch_must_be_a_positive_whole_number(value):
     result = CliRunner().invoke(main, ["search", *FAST, "--global-batch-tokens", value])
     assert result.exit_code == 2 and "Invalid value for '--global-batch-tokens'" in result.stderr
+
+
+@pytest.mark.process
+def test_a_trial_process_measures_at_the_global_batch():
+    """The spec crosses into the trial process with its global batch (search and verify run there)."""
+    from autotune.config import TrainConfig
+    from autotune.trial.runner import run_trial
+    from tests.helpers import tiny_spec
+
+    result = run_trial(
+        tiny_spec(steps=2, global_batch_tokens=2048), TrainConfig(token_budget=1024, batching="packed"), timeout_s=120
+    )
+    assert result.outcome == outcomes.OK, result.reason
+    m = result.measurement
+    assert (m.accumulation_steps, m.global_batch_tokens, m.optimizer_steps * 2) == (2, 2048, m.steps)
