@@ -147,7 +147,7 @@ class Recipe:
         data = asdict(self)
         data["config"] = self.config.to_dict()
         del data["global_batch_tokens"]
-        data = {"config": data.pop("config"), "batch": self.batch_section(), **data}
+        data["batch"] = self.batch_section()  # last: the sections before it keep their places
         # Through JSON: plain types only (torch.__version__ is a str subclass that
         # yaml.safe_dump refuses; tuples become lists), whatever the fields were built from.
         return json.loads(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **data}))
