@@ -13,6 +13,7 @@ import pytest
 
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
+from autotune.measure import outcomes
 from autotune.recipe import Recipe
 from autotune.recipe.export import render
 
@@ -120,3 +121,22 @@ def test_lightning_trainer_accumulates_to_the_global_batch():
     text = render(recipe, "lightning")
     ast.parse(text)
     assert "accumulate_grad_batches=64,  # 64 micro-batches of 8192 tokens" in text
+
+
+def test_verify_measures_at_the_recipes_global_batch(monkeypatch):
+    """`verify` re-measures what the recipe recorded: accumulating to its global batch."""
+    from autotune.recipe import verify
+    from autotune.trial.runner import TrialResult
+
+    specs = []
+
+    def run_trial(spec, cfg, **kwargs):
+        specs.append(spec)
+        return TrialResult(outcomes.CRASHED, "not run: this test reads the spec")
+
+    monkeypatch.setattr(verify, "run_trial", run_trial)
+    recipe = make_recipe(4 * 1024, token_budget=1024, amp_dtype="float32")
+    recipe.model = {"name": "gpt2-tiny", "seq_len": 128}
+    recipe.measured = {"tokens_per_sec": 1000.0}
+    verify.verify_recipe(recipe, device="cpu", tolerance=0.15, steps=2, warmup=1, min_time_s=0)
+    assert [spec.global_batch_tokens for spec in specs] == [4096]
