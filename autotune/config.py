@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from autotune.errors import UsageError
+from autotune.errors import UnsupportedConfig, UsageError
 
 IGNORE_INDEX = -100  # the label of a pad position in every batch autotune makes: cross-entropy skips it
 
@@ -52,6 +52,9 @@ MAX_NUM_WORKERS = 1024
 MAX_PREFETCH_FACTOR = 1024
 MAX_TOKEN_BUDGET = 1 << 30  # a billion tokens in one step: far beyond any one device
 MAX_BLOCK_INDEX = 100_000
+# A global batch of at most this many micro-batches' worth: llama-scale runs use 4M tokens a
+# step; 2^32 positions is far beyond any configuration, never a reason to loop forever.
+MAX_GLOBAL_BATCH_TOKENS = 1 << 32
 MAX_STEPS = 1_000_000  # --steps and --warmup
 MAX_MIN_TIME_S = 3600.0  # --min-time: an hour of timed steps is already a benchmark, not a trial
 # DataLoader workers are processes: more than a few per CPU only adds memory and scheduling.
@@ -71,7 +74,9 @@ class TrainConfig:
     prefetch_factor: int | None = None  # only meaningful with workers (DataLoader rule)
     pin_memory: bool = False
     persistent_workers: bool = False
-    token_budget: int = 8192  # tokens per optimizer step, padding included
+    # Positions per micro-batch, padding included: per optimizer step too, unless the run
+    # fixes a global batch (RunSpec.global_batch_tokens), reached by gradient accumulation.
+    token_budget: int = 8192
     batching: str = "padded"
     amp_dtype: str = "float32"
     compile_mode: str = "none"
@@ -291,6 +296,10 @@ class RunSpec:
     min_time_s: float = 2.0
     seed: int = 0
     memory_limit_bytes: int | None = None  # enforced through the allocator on CUDA
+    # Positions per optimizer step (padding included, as token_budget counts them), reached by
+    # accumulating token_budget micro-batches (see `accumulation_steps`); None: one micro-batch
+    # per optimizer step, the token budget itself.
+    global_batch_tokens: int | None = None
 
     def __post_init__(self) -> None:
         kind = self.device.split(":", 1)[0]
@@ -306,6 +315,12 @@ class RunSpec:
         check_int("warmup", self.warmup, minimum=0, maximum=MAX_STEPS)
         if self.seq_len is not None:
             check_int("seq_len", self.seq_len, minimum=2)
+        if self.global_batch_tokens is not None:
+            check_int("global_batch_tokens", self.global_batch_tokens, minimum=1, maximum=MAX_GLOBAL_BATCH_TOKENS)
+
+    def accumulation_steps(self, cfg: TrainConfig) -> int:
+        """Micro-batches per optimizer step for `cfg` in this run (see `accumulation_steps`)."""
+        return accumulation_steps(self.global_batch_tokens, cfg.token_budget)
 
     @property
     def device_kind(self) -> str:
@@ -317,6 +332,28 @@ class RunSpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunSpec":
         return cls(**dict(data))
+
+
+def accumulation_steps(global_batch_tokens: int | None, token_budget: int) -> int:
+    """Micro-batches of `token_budget` positions per optimizer step, for a global batch of
+    `global_batch_tokens` positions (None: 1, no accumulation). The rule is exact: the token
+    budget must divide the global batch, so every trial's optimizer step covers the same N
+    positions (a rounded count would train some trials at another global batch than asked).
+    A budget that does not divide it is UnsupportedConfig (a search prunes that trial)."""
+    if global_batch_tokens is None:
+        return 1
+    if token_budget > global_batch_tokens:
+        raise UnsupportedConfig(
+            "token_budget",
+            f"{token_budget} tokens a micro-batch is more than the global batch of {global_batch_tokens} tokens",
+        )
+    if global_batch_tokens % token_budget:
+        raise UnsupportedConfig(
+            "token_budget",
+            f"{token_budget} does not divide the global batch of {global_batch_tokens} tokens "
+            "(accumulation needs a whole number of micro-batches)",
+        )
+    return global_batch_tokens // token_budget
 
 
 def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None) -> None:

@@ -69,6 +69,15 @@ memory_limit_option = click.option(
     default=None,
     help="Peak memory a configuration may use, e.g. 60GiB (GPU memory via NVML; peak RSS on CPU).",
 )
+global_batch_option = click.option(
+    "--global-batch-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Tokens (positions, padding included) per optimizer step, reached by gradient accumulation over "
+    "micro-batches of the token budget, which must divide N (default: one micro-batch per step). tokens/s "
+    "counts every micro-step.",
+)
 
 run_options = _stack(
     click.option(

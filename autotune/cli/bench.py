@@ -6,7 +6,14 @@ import sys
 
 import click
 
-from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, memory_limit_option, run_options
+from autotune.cli._options import (
+    CONTEXT_SETTINGS,
+    emit_json,
+    global_batch_option,
+    json_option,
+    memory_limit_option,
+    run_options,
+)
 
 PROBE_TIMEOUT_S = 300.0
 
@@ -21,6 +28,7 @@ def _run_spec(
     min_time: float,
     seed: int,
     memory_limit: int | None = None,
+    global_batch_tokens: int | None = None,
 ):
     from autotune.config import RunSpec
     from autotune.device import resolve_device
@@ -44,6 +52,7 @@ def _run_spec(
         min_time_s=min_time,
         seed=seed,
         memory_limit_bytes=memory_limit,
+        global_batch_tokens=global_batch_tokens,
     )
 
 
@@ -63,16 +72,30 @@ def _run_spec(
     help="Set a knob, e.g. --set amp_dtype=bfloat16 (repeatable).",
 )
 @memory_limit_option
+@global_batch_option
 @json_option
 def bench(
-    model, device, data, seq_len, warmup, steps, min_time, seed, batching, assignments, memory_limit, as_json
+    model,
+    device,
+    data,
+    seq_len,
+    warmup,
+    steps,
+    min_time,
+    seed,
+    batching,
+    assignments,
+    memory_limit,
+    global_batch_tokens,
+    as_json,
 ) -> None:
     """Measure one configuration: effective tokens/s, memory, MFU and their spread.
 
     Knobs: num_workers, prefetch_factor, pin_memory, persistent_workers, token_budget,
     batching, amp_dtype, compile_mode, sdpa_backend, checkpoint_layers.
     """
-    from autotune.config import TrainConfig, check_runnable_here, parse_assignments
+    from autotune.config import TrainConfig, accumulation_steps, check_runnable_here, parse_assignments
+    from autotune.errors import UnsupportedConfig, UsageError
     from autotune.measure import outcomes
     from autotune.measure.loop import measure
     from autotune.present.summaries import format_measurement
@@ -82,7 +105,11 @@ def bench(
         overrides["batching"] = batching
     cfg = TrainConfig().with_overrides(overrides)
     check_runnable_here(cfg, where="--set")
-    spec = _run_spec(model, device, data, seq_len, warmup, steps, min_time, seed, memory_limit)
+    try:
+        accumulation_steps(global_batch_tokens, cfg.token_budget)
+    except UnsupportedConfig as exc:  # both numbers are the user's own: a usage error, at once
+        raise UsageError(f"--global-batch-tokens: {exc}") from None
+    spec = _run_spec(model, device, data, seq_len, warmup, steps, min_time, seed, memory_limit, global_batch_tokens)
     result = measure(spec, cfg)
     if as_json:
         emit_json(result.to_dict())

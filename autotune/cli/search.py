@@ -8,7 +8,15 @@ import threading
 
 import click
 
-from autotune.cli._options import CONTEXT_SETTINGS, DURATION, emit_json, json_option, memory_limit_option, run_options
+from autotune.cli._options import (
+    CONTEXT_SETTINGS,
+    DURATION,
+    emit_json,
+    global_batch_option,
+    json_option,
+    memory_limit_option,
+    run_options,
+)
 
 
 class _ProgressReporter:
@@ -108,6 +116,7 @@ class _ProgressReporter:
     "--space", default=None, help="Search space YAML (default: search_spaces/gpt2.yaml on CUDA, cpu.yaml on CPU)."
 )
 @memory_limit_option
+@global_batch_option
 @click.option(
     "--memory-fraction",
     type=float,
@@ -147,7 +156,7 @@ class _ProgressReporter:
     "--new-study",
     is_flag=True,
     help="Start a new study even when one of this name exists (it is named NAME-2, NAME-3, ...). A resumed "
-    "study keeps its memory limit, --steps and --min-time; to change them, start a new one.",
+    "study keeps its memory limit, --global-batch-tokens, --steps and --min-time; to change them, start a new one.",
 )
 @click.option("--worker", is_flag=True, hidden=True)  # a child of --devices: the parent prints the summary
 @json_option
@@ -164,6 +173,7 @@ def search(
     storage,
     space,
     memory_limit,
+    global_batch_tokens,
     memory_fraction,
     n_trials,
     timeout,
@@ -207,6 +217,7 @@ def search(
         recipe=recipe_path,
         warm_start_from=warm_start_from,
         new_study=new_study,
+        global_batch_tokens=global_batch_tokens,
     )
     reporter = _ProgressReporter(
         n_trials, quiet=as_json or bool(devices), timeout_s=timeout, what=f"{model} on {device}"

@@ -95,6 +95,7 @@ def checked_training_arguments(
 def _arguments(recipe: Recipe, names: Names, *, seq_len: int | None, model_applied: bool) -> dict[str, Any]:
     cfg = recipe.config
     args: dict[str, Any] = {
+        # A micro-batch's sequences (Trainer steps the optimizer every gradient_accumulation_steps).
         "per_device_train_batch_size": sequences_per_step(recipe, seq_len),
         "dataloader_num_workers": cfg.num_workers,
         "dataloader_pin_memory": cfg.pin_memory,  # TrainingArguments' default is True: always say it
@@ -102,6 +103,8 @@ def _arguments(recipe: Recipe, names: Names, *, seq_len: int | None, model_appli
         "bf16": cfg.amp_dtype == "bfloat16",
         "fp16": cfg.amp_dtype == "float16",
     }
+    if recipe.accumulation_steps > 1:  # micro-batches per optimizer step, to the recipe's global batch
+        args["gradient_accumulation_steps"] = recipe.accumulation_steps
     if cfg.num_workers > 0 and cfg.prefetch_factor is not None:
         args["dataloader_prefetch_factor"] = cfg.prefetch_factor  # refused without workers
     if cfg.amp_dtype == "tf32":
@@ -196,6 +199,12 @@ def notes(recipe: Recipe, args: dict[str, Any]) -> list[str]:
             "hf.training_arguments(recipe, model_applied=True)."
         )
     lines.append('Attention: load the model with attn_implementation="sdpa" (PyTorch scaled_dot_product_attention).')
+    if recipe.global_batch_tokens is not None:
+        lines.append(
+            f"Global batch: {recipe.global_batch_tokens} tokens per optimizer step, {recipe.accumulation_steps} "
+            f"micro-batches of {cfg.token_budget} (gradient_accumulation_steps), on one device; with N devices, "
+            "divide gradient_accumulation_steps by N to keep it."
+        )
     if cfg.batching == "padded":
         lines.append(
             f"The recipe batches by token budget ({cfg.token_budget} tokens a step, padding included); "

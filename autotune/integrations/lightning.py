@@ -39,7 +39,8 @@ def lightning_version() -> str | None:
 
 
 def trainer_kwargs(recipe: Recipe, *, check: bool = True) -> dict[str, Any]:
-    """`Trainer` keyword arguments closest to the recipe: its precision. tf32 has no Trainer
+    """`Trainer` keyword arguments closest to the recipe: its precision, and
+    accumulate_grad_batches when the recipe accumulates to a global batch. tf32 has no Trainer
     argument: call torch.set_float32_matmul_precision("high") (see `notes`). check: construct
     a Trainer from them first (when Lightning is installed)."""
     return checked_trainer_kwargs(recipe, check=check)[0]
@@ -50,6 +51,8 @@ def checked_trainer_kwargs(recipe: Recipe, *, check: bool = True) -> tuple[dict[
     version = lightning_version()
     table = _PRECISION_1 if version and major_minor(version)[0] < 2 else _PRECISION_2
     kwargs: dict[str, Any] = {"precision": table[recipe.config.amp_dtype]}
+    if recipe.accumulation_steps > 1:  # micro-batches per optimizer step, to the recipe's global batch
+        kwargs["accumulate_grad_batches"] = recipe.accumulation_steps
     if version is None:
         return kwargs, "Lightning is not installed here: Lightning 2.x names, not checked"
     said = f"Lightning {version} (installed)"
@@ -94,6 +97,12 @@ def notes(recipe: Recipe) -> list[str]:
     lines = []
     if cfg.amp_dtype == "tf32":
         lines.append('tf32: float32 weights, TF32 tensor-core matmuls: torch.set_float32_matmul_precision("high").')
+    if recipe.global_batch_tokens is not None:
+        lines.append(
+            f"Global batch: {recipe.global_batch_tokens} tokens per optimizer step, {recipe.accumulation_steps} "
+            f"micro-batches of {cfg.token_budget} (accumulate_grad_batches), on one device; with N devices, "
+            "divide accumulate_grad_batches by N to keep it."
+        )
     if cfg.batching != "fixed":
         lines.append(
             "For the recipe's own batches (token budget, length grouping or packing), pass "

@@ -17,6 +17,13 @@ Rules (gpt-fast / llm.c hygiene):
 - effective tokens/s = non-pad target tokens / wall time of the timed window, data waits
   included; the median step time and its coefficient of variation give the spread;
 - the window lasts at least `steps` steps and `min_time_s` seconds (2 s by default);
+- with a global batch (`RunSpec.global_batch_tokens`), a step is a micro-step: each one
+  forward and backward on one token-budget micro-batch, and every `accumulation_steps`-th
+  also the optimizer step. Warm-up ends and the timed window starts and ends at an
+  optimizer-step boundary, so the window holds whole optimizer steps and tokens/s (all
+  micro-steps' real tokens over the window's wall time) carries the optimizer's cost in its
+  true proportion. The median step time is a micro-step's; the CV leaves out the
+  optimizer-bearing micro-steps, longer by design (with at least two others to compare);
 - a noisy run (CV above target) takes a second window of steps, then is flagged unstable.
 The CUDA side (device, memory baseline and cap, events, peak memory) is `measure.cuda`.
 """
@@ -99,6 +106,9 @@ class _Run:
         self.kind = info.kind
         self.phase: dict[str, float] = {}
         self.events = CompileEvents()
+        # Micro-batches per optimizer step; a token budget that does not divide the global
+        # batch is UnsupportedConfig before anything is built.
+        self.accumulation = spec.accumulation_steps(cfg)
 
     def execute(self) -> Measurement:
         with fp32_precision(self.cfg.amp_dtype), self.events:
@@ -113,7 +123,15 @@ class _Run:
             )
             loader = build_dataloader(dataset, self.cfg, seq_len=seq_len, seed=self.spec.seed)
             batches = endless_batches(loader)
-            step = make_train_step(model, optimizer, scaler, device=self.device, device_kind=self.kind, cfg=self.cfg)
+            step = make_train_step(
+                model,
+                optimizer,
+                scaler,
+                device=self.device,
+                device_kind=self.kind,
+                cfg=self.cfg,
+                accumulation_steps=self.accumulation,
+            )
             self.phase["setup"] = time.perf_counter() - t
             try:
                 t = time.perf_counter()
@@ -153,6 +171,7 @@ class _Run:
             sync=self.session.sync,
             events=self.events,
             seed=self.spec.seed,
+            accumulation_steps=self.accumulation,
         )
         self.session.after_warm_up()
         return warm
@@ -170,16 +189,20 @@ class _Run:
         return window
 
     def _timed(self, batches: Iterator, step: Callable) -> "_Window":
-        window = _Window()
+        window = _Window(accumulation=self.accumulation)
         clock = self.session.clock()
         events_before = self.events.total
         with self.session.sampler() as sampler:
             self.session.sync()
             start = time.perf_counter()
             clock.mark()
-            while len(window.widths) < self.spec.steps or (
-                time.perf_counter() - start < self.spec.min_time_s
-                and len(window.widths) < MAX_STEPS_FACTOR * self.spec.steps
+            while (
+                len(window.widths) < self.spec.steps
+                or len(window.widths) % self.accumulation  # whole optimizer steps only
+                or (
+                    time.perf_counter() - start < self.spec.min_time_s
+                    and len(window.widths) < MAX_STEPS_FACTOR * self.spec.steps
+                )
             ):
                 t = time.perf_counter()
                 x, y, *documents = next(batches)  # packed documents add document_ids
@@ -245,6 +268,9 @@ class _Run:
             gpu_utilization=window.gpu_utilization,
             unstable=window.cv > CV_TARGET,
             steps=len(window.step_times),
+            accumulation_steps=self.accumulation,
+            optimizer_steps=len(window.step_times) // self.accumulation,
+            global_batch_tokens=self.spec.global_batch_tokens,
             warmup_steps=len(warm.data_steps),
             shape_warmup_steps=warm.shape_steps,
             recompiles_during_timing=window.recompiles,
@@ -278,6 +304,7 @@ class _Window:
     final_loss: float | None = None
 
     work_per_step: list[float] = field(default_factory=list)  # modelled FLOPs of each step (see cv)
+    accumulation: int = 1  # micro-steps per optimizer step; the window starts at a boundary
 
     @property
     def cv(self) -> float:
@@ -285,10 +312,16 @@ class _Window:
         differ in shape, so raw step times vary by design, and not in proportion to their
         positions: attention's cost grows with the width. Normalising by each step's FLOPs
         (6N per position plus attention at its width) leaves the noise; for one shape it
-        equals the step-time CV."""
-        if len(self.step_times) < 2:
+        equals the step-time CV. Under accumulation, the micro-steps that end an optimizer
+        step also run the optimizer, longer by design: they are left out when at least two
+        others remain (every step is then alike)."""
+        pairs = list(zip(self.step_times, self.work_per_step))
+        if self.accumulation > 1:
+            inner = [p for i, p in enumerate(pairs) if (i + 1) % self.accumulation]
+            pairs = inner if len(inner) >= 2 else pairs
+        if len(pairs) < 2:
             return 0.0
-        per_flop = [t / w for t, w in zip(self.step_times, self.work_per_step)]
+        per_flop = [t / w for t, w in pairs]
         mean = statistics.fmean(per_flop)
         return statistics.stdev(per_flop) / mean if mean > 0 else 0.0
 
@@ -306,4 +339,5 @@ class _Window:
             retimed=self.retimed + other.retimed,
             gpu_utilization=statistics.fmean(util) if util else None,
             final_loss=other.final_loss,
+            accumulation=self.accumulation,  # both windows hold whole optimizer steps
         )

@@ -17,7 +17,7 @@ class Measurement:
     tokens_per_sec: float | None = None  # effective: non-pad tokens / wall time
     padded_tokens_per_sec: float | None = None  # every position computed, pads included
     padding_fraction: float | None = None
-    step_time_median_s: float | None = None
+    step_time_median_s: float | None = None  # of one (micro-)step: one token-budget batch's forward and backward
     step_time_cv: float | None = None
     data_wait_fraction: float | None = None  # share of the timed window blocked on the next batch
     compile_time_s: float | None = None
@@ -35,7 +35,10 @@ class Measurement:
     host_peak_memory_bytes: int | None = None
     gpu_utilization: float | None = None  # mean NVML utilization over the timed steps, 0..1
     unstable: bool = False
-    steps: int = 0
+    steps: int = 0  # timed steps: micro-steps, under gradient accumulation
+    accumulation_steps: int = 1  # micro-steps per optimizer step
+    optimizer_steps: int | None = None  # in the timed window (steps // accumulation_steps)
+    global_batch_tokens: int | None = None  # positions per optimizer step the run fixed; None: token_budget
     warmup_steps: int = 0  # steps on real data before timing
     shape_warmup_steps: int = 0  # steps on a batch of each distinct shape, before those
     recompiles_during_timing: int = 0  # compile events in the kept window: compiles, recompiles, CUDA graph recordings

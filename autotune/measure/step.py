@@ -4,7 +4,7 @@ steps, and the data stream it reads."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import torch
 import torch.nn as nn
@@ -17,6 +17,71 @@ from autotune.model.contract import forward_loss, loss_from_output
 OPTIMIZER_REGION = "autotune:optimizer"  # profiler label of the optimizer step (see measure/profile.py)
 
 
+class TrainStep:
+    """One micro-step per call; an optimizer step every `accumulation_steps` of them.
+
+    Each micro-step copies its batch to the device, runs forward under the config's precision
+    and SDPA backend, and backward of its loss divided by `accumulation_steps`, so the
+    gradients add up to the mean of the micro-batches' mean losses (the gradient of one big
+    batch when the micro-batches hold equal real tokens, as packed and fixed ones do). The
+    micro-step that completes a group also unscales, steps and zeroes (GradScaler: one
+    `step`/`update` per optimizer step, as its accumulation recipe says). `pending` counts
+    the micro-steps since the last optimizer step: 0 at a boundary."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scaler: torch.amp.GradScaler,
+        *,
+        device: torch.device,
+        device_kind: str,
+        cfg: TrainConfig,
+        annotate: bool = False,
+        accumulation_steps: int = 1,
+    ) -> None:
+        if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
+            raise UsageError(f"accumulation_steps must be an integer >= 1, got {accumulation_steps!r}")
+        self.optimizer, self.scaler, self.device, self.device_kind, self.cfg = (
+            optimizer,
+            scaler,
+            device,
+            device_kind,
+            cfg,
+        )
+        self.accumulation_steps = accumulation_steps
+        self.pending = 0
+        self.micro_steps = 0
+        self.optimizer_steps = 0
+        # Off when measuring: even an idle record_function costs a little.
+        self._optimizer_region = (
+            (lambda: torch.profiler.record_function(OPTIMIZER_REGION)) if annotate else contextlib.nullcontext
+        )
+        self._loss_of = forward_loss(model)  # decided once, not per step
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """One micro-step on (x, y); returns its loss, unscaled."""
+        # non_blocking pairs with pin_memory: from pinned memory the copy overlaps compute.
+        x = x.to(self.device, non_blocking=True)
+        y = y.to(self.device, non_blocking=True)
+        # Packed batches under attention_mask=document carry each position's document.
+        extra = {} if document_ids is None else {"document_ids": document_ids.to(self.device, non_blocking=True)}
+        with training_context(self.device_kind, self.cfg):
+            loss = self._loss_of(x, y, **extra)
+        scaled = loss if self.accumulation_steps == 1 else loss / self.accumulation_steps
+        self.scaler.scale(scaled).backward()
+        self.micro_steps += 1
+        self.pending += 1
+        if self.pending == self.accumulation_steps:
+            with self._optimizer_region():
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.optimizer.zero_grad(set_to_none=True)
+            self.pending = 0
+            self.optimizer_steps += 1
+        return loss
+
+
 def make_train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -26,36 +91,24 @@ def make_train_step(
     device_kind: str,
     cfg: TrainConfig,
     annotate: bool = False,
-) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """One training step, as every autotune loop runs it (measure, verify, profile): copy the
-    batch to the device, forward under the config's precision and SDPA backend, scaled
-    backward, optimizer step. The batch's labels are aligned (label t is the target of
+    accumulation_steps: int = 1,
+) -> TrainStep:
+    """The training step every autotune loop runs (measure, verify, profile): a `TrainStep`,
+    called once per micro-batch. The batch's labels are aligned (label t is the target of
     position t); how the model is called and its loss read is the model contract
     (`model.contract.forward_loss`: a Hugging Face model by keyword, scored on its logits, so
     its labels are never shifted twice). `annotate` labels the optimizer step
-    OPTIMIZER_REGION for the profiler; off when measuring, where even an idle
-    record_function costs a little."""
-    optimizer_region = (
-        (lambda: torch.profiler.record_function(OPTIMIZER_REGION)) if annotate else contextlib.nullcontext
+    OPTIMIZER_REGION for the profiler."""
+    return TrainStep(
+        model,
+        optimizer,
+        scaler,
+        device=device,
+        device_kind=device_kind,
+        cfg=cfg,
+        annotate=annotate,
+        accumulation_steps=accumulation_steps,
     )
-    loss_of = forward_loss(model)  # decided once, not per step
-
-    def step(x: torch.Tensor, y: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
-        # non_blocking pairs with pin_memory: from pinned memory the copy overlaps compute.
-        x = x.to(device, non_blocking=True)
-        y = y.to(device, non_blocking=True)
-        # Packed batches under attention_mask=document carry each position's document.
-        extra = {} if document_ids is None else {"document_ids": document_ids.to(device, non_blocking=True)}
-        with training_context(device_kind, cfg):
-            loss = loss_of(x, y, **extra)
-        scaler.scale(loss).backward()
-        with optimizer_region():
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-        return loss
-
-    return step
 
 
 def make_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Optimizer:

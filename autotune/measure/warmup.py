@@ -77,9 +77,12 @@ def warm_up(
     sync: Callable[[], None],
     events: CompileEvents,
     seed: int = 0,
+    accumulation_steps: int = 1,
 ) -> WarmUp:
     """Every shape until a pass is quiet (see the module docstring), then `data_steps` real
-    batches; each step synchronized and timed."""
+    batches, and more until the steps so far make whole optimizer steps (`accumulation_steps`
+    micro-steps each), so the timed window starts at an optimizer-step boundary; each step
+    synchronized and timed."""
     result = WarmUp()
     generator = torch.Generator().manual_seed(seed)
     batches_of_shapes = [synthetic_batch(shape, vocab_size, generator, documents=documents) for shape in shapes or ()]
@@ -89,7 +92,8 @@ def warm_up(
         result.quiet = events.total == before
         if result.quiet:
             break
-    for _ in range(data_steps):
+    whole = -(-(result.shape_steps + data_steps) // accumulation_steps) * accumulation_steps
+    for _ in range(whole - result.shape_steps):
         batch = next(batches)  # (input_ids, labels), and document_ids under a document mask
         result.data_steps.append(_timed_step(step, sync, *batch))
     return result

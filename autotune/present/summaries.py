@@ -41,7 +41,8 @@ def format_measurement(m: Measurement) -> str:
         ("padded tokens/s", f"{format_rate(m.padded_tokens_per_sec)}  (padding {format_pct(m.padding_fraction)})"),
         (
             "step time",
-            f"{1000 * m.step_time_median_s:.1f} ms median, CV {format_pct(m.step_time_cv)} over {m.steps} steps"
+            f"{1000 * m.step_time_median_s:.1f} ms median, CV {format_pct(m.step_time_cv)} over {m.steps} "
+            + ("micro-steps" if m.accumulation_steps > 1 else "steps")
             + ("  UNSTABLE" if m.unstable else ""),
         ),
         ("data wait", format_pct(m.data_wait_fraction)),
@@ -58,6 +59,14 @@ def format_measurement(m: Measurement) -> str:
         ),
         ("GPU utilization", format_pct(m.gpu_utilization) if m.gpu_utilization is not None else "n/a"),
     ]
+    if m.global_batch_tokens is not None:
+        rows.append(
+            (
+                "global batch",
+                f"{m.global_batch_tokens} tokens per optimizer step: {m.accumulation_steps} micro-batches of "
+                f"{m.global_batch_tokens // m.accumulation_steps} ({m.optimizer_steps} optimizer steps timed)",
+            )
+        )
     if m.retimed_windows:
         rows.append(("re-timed", f"{m.retimed_windows} window(s) dropped: something compiled or recorded in them"))
     if m.recompiles_during_timing:

@@ -105,7 +105,17 @@ def _batch_comment(recipe: Recipe) -> str:
     seq_len = recipe_seq_len(recipe)
     if not seq_len:
         return "the recipe records no seq_len: token_budget // your sequence length"
-    return f"token_budget {recipe.config.token_budget} // seq_len {seq_len} (the recipe's; yours may differ)"
+    micro = " per micro-batch" if recipe.accumulation_steps > 1 else ""
+    return f"token_budget {recipe.config.token_budget} // seq_len {seq_len}{micro} (the recipe's; yours may differ)"
+
+
+def _accumulation_comment(recipe: Recipe) -> str:
+    return (
+        f"{recipe.accumulation_steps} micro-batches of {recipe.config.token_budget} tokens: "
+        f"the global batch of {recipe.global_batch_tokens}"
+        if recipe.global_batch_tokens is not None
+        else "no global batch in the recipe: one micro-batch per optimizer step"
+    )
 
 
 # ----------------------------------------------------------------------- Hugging Face
@@ -127,7 +137,11 @@ def _hf(recipe: Recipe) -> str:
     args, checked = hf.checked_training_arguments(recipe)
     lines = _header(recipe, "Hugging Face TrainingArguments", checked)
     lines += ["# Use: TrainingArguments(output_dir=..., **training_args)", ""]
-    comments = {**_HF_COMMENTS, "per_device_train_batch_size": _batch_comment(recipe)}
+    comments = {
+        **_HF_COMMENTS,
+        "per_device_train_batch_size": _batch_comment(recipe),
+        "gradient_accumulation_steps": _accumulation_comment(recipe),
+    }
     lines += _kwargs_block("training_args", [(k, v, comments.get(k, "")) for k, v in args.items()])
     lines += ["", "# What TrainingArguments cannot express:"]
     lines += _notes(hf.notes(recipe, args))
@@ -151,7 +165,8 @@ def _lightning(recipe: Recipe) -> str:
             'torch.set_float32_matmul_precision("high")',
             "",
         ]
-    lines += _kwargs_block("trainer_kwargs", [(k, v, "") for k, v in trainer.items()])
+    trainer_comments = {"accumulate_grad_batches": _accumulation_comment(recipe)}
+    lines += _kwargs_block("trainer_kwargs", [(k, v, trainer_comments.get(k, "")) for k, v in trainer.items()])
     lines.append("")
     comments = {"batch_size": _batch_comment(recipe)}
     lines += _kwargs_block("dataloader_kwargs", [(k, v, comments.get(k, "")) for k, v in loader.items()])

@@ -4,6 +4,9 @@ Format `autotune.recipe` version 1 (JSON; YAML is accepted on load, safe loader 
 
     format, version            "autotune.recipe", 1
     config                     every knob (TrainConfig), checkpoint_layers as explicit indices
+    batch                      micro_batch_tokens (= config.token_budget), accumulation_steps,
+                               global_batch_tokens (null: one micro-batch per optimizer step);
+                               a recipe without it (older) accumulates nothing
     model                      name, seq_len, n_layer, vocab_size, non_embedding_params
     data                       the data spec it was measured on (synthetic or a file name)
     measured                   tokens_per_sec, padded_tokens_per_sec, padding_fraction,
@@ -28,12 +31,14 @@ In a training script (the recipe applies itself; see `Recipe.dataloader` for the
     model = recipe.apply_to_model(model)                # TF32 if chosen; checkpoint blocks, then compile
     loader = recipe.dataloader(dataset, for_model=model)  # its context and labels; workers, budget batches
     scaler = recipe.grad_scaler()                       # enabled only for float16
-    for batch in loader:
+    for i, batch in enumerate(loader):                  # one micro-batch of token_budget positions
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         with recipe.autocast():                         # AMP dtype (or TF32) and the forced SDPA backend
             output = model(**batch)
         loss = getattr(output, "loss", output)          # .loss (Hugging Face) or the loss itself
-        scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
+        scaler.scale(loss / recipe.accumulation_steps).backward()
+        if recipe.optimizer_step_due(i):                # every accumulation_steps-th micro-batch
+            scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
 
 Importing this module does not import torch; the training-side methods do, when called.
 """
@@ -49,9 +54,19 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import yaml
 
-from autotune.config import TrainConfig, is_finite_number, load_yaml, read_config_file, yaml_problem
+from autotune.config import (
+    MAX_GLOBAL_BATCH_TOKENS,
+    MAX_TOKEN_BUDGET,
+    TrainConfig,
+    accumulation_steps,
+    check_int,
+    is_finite_number,
+    load_yaml,
+    read_config_file,
+    yaml_problem,
+)
 from autotune.device.disk import write_text_atomic
-from autotune.errors import RecipeEnvironmentWarning, UsageError
+from autotune.errors import RecipeEnvironmentWarning, UnsupportedConfig, UsageError
 from autotune.measure.measurement import Measurement
 from autotune.units import MIN_MEMORY_SIZE, format_bytes
 
@@ -67,6 +82,7 @@ _KEYS = {
     "format",
     "version",
     "config",
+    "batch",
     "model",
     "data",
     "measured",
@@ -89,12 +105,49 @@ class Recipe:
     software: dict[str, Any] = field(default_factory=dict)
     study: dict[str, Any] = field(default_factory=dict)
     created: str = ""
+    # Positions per optimizer step (padding included), reached by accumulating token_budget
+    # micro-batches; None: one micro-batch per optimizer step. Written as the `batch` section.
+    global_batch_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.global_batch_tokens is not None:
+            check_int("global_batch_tokens", self.global_batch_tokens, minimum=1, maximum=MAX_GLOBAL_BATCH_TOKENS)
+            try:
+                accumulation_steps(self.global_batch_tokens, self.config.token_budget)
+            except UnsupportedConfig as exc:
+                raise UsageError(f"recipe: {exc}") from None
+
+    # --- the global batch ------------------------------------------------------------------
+
+    @property
+    def micro_batch_tokens(self) -> int:
+        """Positions per micro-batch (padding included): the config's token budget."""
+        return self.config.token_budget
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step: global_batch_tokens // token_budget, else 1."""
+        return accumulation_steps(self.global_batch_tokens, self.config.token_budget)
+
+    def optimizer_step_due(self, micro_step: int) -> bool:
+        """Whether the optimizer steps after micro-batch `micro_step` (counted from 0): after
+        every accumulation_steps-th. Divide each micro-batch's loss by accumulation_steps."""
+        return (micro_step + 1) % self.accumulation_steps == 0
+
+    def batch_section(self) -> dict[str, Any]:
+        return {
+            "micro_batch_tokens": self.micro_batch_tokens,
+            "accumulation_steps": self.accumulation_steps,
+            "global_batch_tokens": self.global_batch_tokens,
+        }
 
     # --- files -----------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["config"] = self.config.to_dict()
+        del data["global_batch_tokens"]
+        data["batch"] = self.batch_section()  # last: the sections before it keep their places
         # Through JSON: plain types only (torch.__version__ is a str subclass that
         # yaml.safe_dump refuses; tuples become lists), whatever the fields were built from.
         return json.loads(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **data}))
@@ -152,6 +205,7 @@ class Recipe:
         _check_fields(speedups, {name: _number for name in speedups}, where=f"{where}: reference_speedups")
         study = raw.get("study", {})
         _check_fields(study, _STUDY_FIELDS, where=f"{where}: study")
+        global_batch = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
         return cls(
             config=config,
             model=model,
@@ -162,6 +216,7 @@ class Recipe:
             software=raw.get("software", {}),
             study=study,
             created=raw.get("created", ""),
+            global_batch_tokens=global_batch,
         )
 
     # --- running it here ------------------------------------------------------------------
@@ -379,6 +434,39 @@ def _check_fields(section: Mapping[str, Any], fields: Mapping[str, Callable[[Any
         if key in section and not ok(section[key]):
             expected = _EXPECTED.get(ok, "a valid value")
             raise UsageError(f"{where}.{key}: expected {expected}, got {_shown(section[key])}")
+
+
+def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> int | None:
+    """The global batch of a `batch` section, checked against the config: micro_batch_tokens is
+    its token_budget, and micro_batch_tokens x accumulation_steps is the global batch."""
+    if not isinstance(batch, Mapping):
+        raise UsageError(f"{where}: expected a mapping, got {_shown(batch)}")
+    for key, top in (
+        ("micro_batch_tokens", MAX_TOKEN_BUDGET),
+        ("accumulation_steps", MAX_GLOBAL_BATCH_TOKENS),
+        ("global_batch_tokens", MAX_GLOBAL_BATCH_TOKENS),
+    ):
+        value = batch.get(key)
+        if value is not None and not (_count(value) and 1 <= value <= top):
+            raise UsageError(f"{where}.{key}: expected a whole number from 1 to {top} or null, got {_shown(value)}")
+    micro = batch.get("micro_batch_tokens", config.token_budget)
+    steps = batch.get("accumulation_steps")
+    total = batch.get("global_batch_tokens")
+    if micro is not None and micro != config.token_budget:
+        raise UsageError(f"{where}.micro_batch_tokens: {micro}, but config.token_budget is {config.token_budget}")
+    if total is None:
+        if steps not in (None, 1):
+            raise UsageError(f"{where}: accumulation_steps {steps} without a global_batch_tokens")
+        return None
+    if steps is not None and steps * config.token_budget != total:
+        raise UsageError(
+            f"{where}: {steps} micro-batches of {config.token_budget} tokens are not the global batch of {total}"
+        )
+    try:
+        accumulation_steps(total, config.token_budget)
+    except UnsupportedConfig as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    return total
 
 
 def _check_memory_limit(measured: Mapping[str, Any], *, where: str) -> None:

@@ -80,6 +80,7 @@ def verify_recipe(
         steps=steps,
         min_time_s=min_time_s,
         memory_limit_bytes=limit if isinstance(limit, int) else None,
+        global_batch_tokens=recipe.global_batch_tokens,  # measured accumulating: verified so
     )
     trial = run_trial(spec, recipe.config, timeout_s=timeout_s, device=describe(device))
     m = trial.measurement

@@ -46,6 +46,8 @@ def recipe_from_trial(
         software=(study_attrs.get("autotune") or {}).get("software") or software_versions(),
         study={"name": study_name, "storage": redact(storage_url), "trial": trial.number},
         created=now_iso(),
+        # The study's global batch: every trial reached it by accumulating token_budget micro-batches.
+        global_batch_tokens=(study_attrs.get("run") or {}).get("global_batch_tokens"),
     )
 
 

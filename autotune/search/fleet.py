@@ -155,6 +155,8 @@ def worker_command(
         cmd += ["--space", str(settings.space)]
     if settings.seq_len is not None:
         cmd += ["--seq-len", str(settings.seq_len)]
+    if settings.global_batch_tokens is not None:
+        cmd += ["--global-batch-tokens", str(settings.global_batch_tokens)]
     if settings.timeout_s is not None:
         cmd += ["--timeout", f"{settings.timeout_s:g}s"]
     if settings.recipe:

@@ -70,6 +70,7 @@ class Objective:
         if reason is None:
             try:
                 check_supported(cfg, self.ctx.capabilities)
+                self.ctx.spec.accumulation_steps(cfg)  # a budget that does not divide the global batch
             except UnsupportedConfig as exc:
                 reason = str(exc)
         if reason is not None:

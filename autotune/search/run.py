@@ -82,6 +82,9 @@ class SearchSettings:
     recipe: str | None = None
     warm_start_from: str | None = None
     new_study: bool = False  # a new study even when one of this name exists (NAME-2, NAME-3, ...)
+    # Positions per optimizer step every trial reaches by gradient accumulation (None: the
+    # token budget); a resumed study keeps its own, and refuses another.
+    global_batch_tokens: int | None = None
 
     @property
     def limit_given(self) -> bool:
@@ -178,7 +181,9 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         min_time_s=settings.min_time_s,
         seed=settings.seed,
         memory_limit_bytes=memory_limit(settings, device),
+        global_batch_tokens=settings.global_batch_tokens,
     )
+    _check_global_batch(space, spec.global_batch_tokens)
     ctx = StudyContext(
         spec=spec, device=device, space=space, memory_limit_bytes=spec.memory_limit_bytes, trial_timeout_s=timeout
     )
@@ -197,6 +202,35 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     # Each trial's request, result and stderr go to a temporary folder.
     check_writable(Path(tempfile.gettempdir()) / "autotune-trial-check", what="temporary folder for trials")
     return ctx, name, url
+
+
+def _check_global_batch(space, global_batch_tokens: int | None) -> None:
+    """Refuse a global batch that no token budget of the space divides: every trial would be
+    pruned. Budgets that do not divide it are pruned one by one (`RunSpec.accumulation_steps`)."""
+    if global_batch_tokens is None:
+        return
+    budgets = _token_budgets(space)
+    if budgets and not any(global_batch_tokens % b == 0 and b <= global_batch_tokens for b in budgets):
+        listed = ", ".join(map(str, budgets))
+        raise UsageError(
+            f"--global-batch-tokens {global_batch_tokens}: no token_budget of the space ({listed}) divides it; "
+            "choose a multiple of one of them"
+        )
+
+
+def _token_budgets(space) -> list[int]:
+    """The token budgets a space can give a trial, where it lists them (fixed, or choices); an
+    integer range is left to the trials."""
+    if "token_budget" in space.fixed:
+        return [space.fixed["token_budget"]]
+    dimension = space.dimensions.get("token_budget")
+    if dimension is not None and dimension.choices:
+        return list(dimension.choices)
+    if dimension is None:
+        from autotune.config import TrainConfig
+
+        return [TrainConfig().token_budget]
+    return []
 
 
 def _trial_timeout(settings: SearchSettings, kind: str) -> float:

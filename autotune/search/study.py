@@ -3,10 +3,11 @@ same rules of measurement, or refused), its identity and attributes, the sampler
 dead tuner's trials, and reading it back as a `StudySummary`. Importing this module does not
 import torch: `show` and `compare` read studies through it.
 
-A resumed study keeps its rules: its memory limit, and the timed window (--steps,
---min-time) every trial was measured with. A run asking for others is refused with the
-difference named (`check_rules`); the memory limit is taken from the study when the run does
-not set one. Trials measured under different rules are never mixed in one study.
+A resumed study keeps its rules: its memory limit, its global batch (--global-batch-tokens)
+and the timed window (--steps, --min-time) every trial was measured with. A run asking for
+others is refused with the difference named (`check_rules`); the memory limit and the global
+batch are taken from the study when the run does not set them. Trials measured under
+different rules are never mixed in one study.
 
 How a trial is recorded, by outcome (decided in `measure.outcomes.recording`):
 
@@ -92,6 +93,7 @@ def study_attrs(ctx: StudyContext) -> dict[str, Any]:
             "steps": ctx.spec.steps,
             "min_time_s": ctx.spec.min_time_s,
             "seed": ctx.spec.seed,
+            "global_batch_tokens": ctx.spec.global_batch_tokens,
         },
     }
 
@@ -184,6 +186,15 @@ def check_rules(study: optuna.Study, ctx: StudyContext, *, limit_given: bool) ->
                 spec=dataclasses.replace(ctx.spec, memory_limit_bytes=stored_limit),
             )
     run = attrs.get("run") or {}
+    # A study made before global batches existed has no key: it measured without accumulation.
+    stored_batch, asked_batch = run.get("global_batch_tokens"), ctx.spec.global_batch_tokens
+    if asked_batch is None and stored_batch is not None:
+        log.info("resuming %r with its global batch of %d tokens", study.study_name, stored_batch)
+        ctx = dataclasses.replace(ctx, spec=dataclasses.replace(ctx.spec, global_batch_tokens=stored_batch))
+    elif stored_batch != asked_batch:
+        differences.append(
+            f"--global-batch-tokens {stored_batch if stored_batch is not None else 'unset'}, this run {asked_batch}"
+        )
     for key, option in (("steps", "--steps"), ("min_time_s", "--min-time")):
         stored, asked = run.get(key), getattr(ctx.spec, key)
         if stored is not None and stored != asked:
