@@ -20,6 +20,7 @@ from autotune.model.load import build_model
 from autotune.recipe import Recipe
 
 SNIPPETS = Path(__file__).resolve().parents[2] / "examples" / "readme_snippets.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 # What the snippets load: runnable on a CPU, and exercising what HF models tripped over:
 # checkpointed blocks, bf16 autocast, a forced SDPA backend, token-budget batches.
 CONFIG = TrainConfig(
@@ -96,3 +97,11 @@ def test_a_lightning_run_with_a_recipe(workdir):
     trainer = ns["trainer"]
     assert trainer.global_step == 3 and trainer.precision == "bf16-mixed"
     assert any(not torch.equal(a, b.detach().cpu()) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize(
+    "section", ["Applying a recipe in training code", "With Hugging Face Trainer", "With Lightning"]
+)
+def test_the_readme_prints_each_block_as_it_runs_here(section):
+    """The blocks the tests run are the README's own, character for character."""
+    assert f"```python\n{snippet(section)}```" in README.read_text(encoding="utf-8"), section
