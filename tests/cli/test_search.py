@@ -55,7 +55,13 @@ def test_search_writes_study_and_recipe(searched, monkeypatch):
     attrs = study.user_attrs
     assert attrs["space_hash"] == load_space(str(TINY_SPACE)).hash
     assert attrs["identity"]["model"] == "gpt2-tiny" and attrs["seq_len"] == 128 and attrs["n_layer"] == 2
-    assert attrs["run"] == {"warmup": 1, "steps": 4, "min_time_s": 0.0, "seed": SEARCHED_SEED}
+    assert attrs["run"] == {
+        "warmup": 1,
+        "steps": 4,
+        "min_time_s": 0.0,
+        "seed": SEARCHED_SEED,
+        "global_batch_tokens": None,
+    }
 
     summary = summarize(study)
     best = summary.best
