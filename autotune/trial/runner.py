@@ -142,7 +142,10 @@ def run_child(
 
 def _start(argv: list[str], env: dict[str, str], output: Path, fork: bool) -> zygote.TrialProcess | subprocess.Popen:
     if fork:
-        return zygote.TrialProcess(argv, env=env, cwd=os.getcwd(), output=str(output))
+        try:
+            return zygote.TrialProcess(argv, env=env, cwd=os.getcwd(), output=str(output))
+        except OSError as exc:  # no server here: the trial still runs, in a fresh interpreter
+            zygote.disable(str(exc))
     with open(output, "wb") as stderr:
         return subprocess.Popen(
             [sys.executable, "-m", "autotune.trial", *argv, str(os.getpid())],

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.machinery
+import logging
 import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
 import secrets
 import sys
+import tempfile
 import threading
 import types
 from typing import Any, Iterator
@@ -41,10 +43,30 @@ PRELOAD = ["torch", "torch._dynamo", "autotune.measure.loop"]  # what every tria
 
 _lock = threading.RLock()
 _token: str | None = None
+_failed = False
+logger = logging.getLogger(__name__)
+
+
+MAX_SOCKET_DIR = 80  # the server listens on a Unix socket under the temp dir: paths stop at 107 bytes
 
 
 def fork_enabled() -> bool:
-    return os.environ.get(START_ENV, "fork") != "exec" and "forkserver" in multiprocessing.get_all_start_methods()
+    """Fork trials, unless asked not to, the platform has no fork server, it failed to start
+    in this tuner, or the temp dir is too deep for its socket (a fresh interpreter then)."""
+    return (
+        os.environ.get(START_ENV, "fork") != "exec"
+        and not _failed
+        and "forkserver" in multiprocessing.get_all_start_methods()
+        and len(tempfile.gettempdir()) <= MAX_SOCKET_DIR
+    )
+
+
+def disable(reason: str) -> None:
+    """The server could not start: this tuner's trials start as fresh interpreters, said once."""
+    global _failed
+    if not _failed:
+        logger.warning("trials start as fresh interpreters: the fork server failed (%s)", reason)
+    _failed = True
 
 
 def token() -> str:

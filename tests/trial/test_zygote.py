@@ -1,0 +1,57 @@
+"""Trials fork from one server per tuner (trial.zygote), and fall back to a fresh interpreter
+where the server cannot run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autotune.config import RunSpec, TrainConfig
+from autotune.device.memory import read_stat
+from autotune.trial.runner import run_trial
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.process
+
+SPEC = RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=2, min_time_s=0)
+
+
+def parents_of_trials(count: int) -> list[int]:
+    parents: list[int] = []
+
+    def on_start(pid: int) -> None:
+        parents.append(read_stat(pid).ppid)
+
+    for _ in range(count):
+        assert run_trial(SPEC, TrainConfig(token_budget=1024), timeout_s=120, on_start=on_start).outcome == "ok"
+    return parents
+
+
+def test_trials_fork_from_one_server_not_from_the_tuner(monkeypatch):
+    monkeypatch.delenv("AUTOTUNE_TRIAL_START", raising=False)
+    first, second = parents_of_trials(2)
+    assert first == second != os.getpid()  # the server's children, both
+
+
+def test_exec_starts_each_trial_as_a_child_of_the_tuner(monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_TRIAL_START", "exec")
+    assert parents_of_trials(1) == [os.getpid()]
+
+
+def test_a_temp_dir_too_deep_for_the_servers_socket_runs_trials_all_the_same(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    code = (
+        "import json; from autotune.config import RunSpec, TrainConfig; from autotune.trial.runner import run_trial;"
+        "r = run_trial(RunSpec(model='gpt2-tiny', device='cpu', warmup=1, steps=2, min_time_s=0),"
+        " TrainConfig(token_budget=1024), timeout_s=120); print(json.dumps([r.outcome, r.reason]))"
+    )
+    env = {**os.environ, "TMPDIR": str(deep), "PYTHONPATH": str(ROOT)}
+    env.pop("AUTOTUNE_TRIAL_START", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["ok", None]
