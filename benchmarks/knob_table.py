@@ -78,7 +78,18 @@ def main() -> None:
     if args.json:
         print(json.dumps(raw, indent=2))
         return
-    head = ("model", "variant", "outcome", "tok/s", "padding", "peak MiB", "compile s", "step CV", "opt steps", "wall s")
+    head = (
+        "model",
+        "variant",
+        "outcome",
+        "tok/s",
+        "padding",
+        "peak MiB",
+        "compile s",
+        "step CV",
+        "opt steps",
+        "wall s",
+    )
     print(md_table(head, rows))
 
 
