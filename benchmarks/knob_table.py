@@ -39,9 +39,11 @@ def bench(model: str, extra: list[str], steps: int) -> tuple[dict, float]:
         [sys.executable, "-m", "autotune", *args, *BASE, *extra, "--json"], capture_output=True, text=True
     )
     wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        return {"outcome": "refused", "reason": proc.stderr.strip().splitlines()[-1]}, wall
-    return json.loads(proc.stdout), wall
+    try:
+        return json.loads(proc.stdout), wall  # measured, or a failed outcome (exit 1) with its reason
+    except json.JSONDecodeError:  # refused before measuring (exit 2): its one line
+        lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
+        return {"outcome": "refused", "reason": lines[-1]}, wall
 
 
 def row(model: str, name: str, m: dict, wall: float) -> list[str]:
