@@ -96,14 +96,13 @@ def dashboard(study, storage, port) -> None:
     check_port_free(port)
     loaded = load_study(study, storage)
     click.echo(
-        f"optuna-dashboard for study {loaded.study_name}: {dashboard_url(loaded, port)}  (Ctrl-C to stop)", err=True
+        f"optuna-dashboard for study {loaded.study_name}: {dashboard_url(loaded, port)}  (Ctrl-C stops it: exit 130)",
+        err=True,
     )
     try:
         serve_dashboard(loaded, port)
     except OSError as exc:  # taken between the check and the server's own bind
         raise UsageError(f"--port {port}: cannot serve on 127.0.0.1:{port} ({exc.strerror or exc})") from None
-    except KeyboardInterrupt:  # how a server is stopped: not an error
-        click.echo("dashboard stopped", err=True)
 
 
 def check_port_free(port: int) -> None:

@@ -59,3 +59,22 @@ def test_show_and_export_errors(workdir):
     assert result.exit_code == 2
     assert result.stderr == "Error: give either a RECIPE file or --study (with --storage when not the default)\n"
     assert nothing_written(workdir)
+
+
+def test_ctrl_c_stops_the_dashboard_with_130_and_one_line(workdir, monkeypatch):
+    """Ctrl-C anywhere exits 130 with one line (issue 14), the dashboard's server included."""
+    import optuna
+
+    import autotune.present.dashboard
+
+    (workdir / "studies").mkdir()
+    optuna.create_study(study_name="s", storage="sqlite:///studies/s.db")
+
+    def interrupted(study, port):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(autotune.present.dashboard, "serve_dashboard", interrupted)
+    monkeypatch.setattr(autotune.present.dashboard, "require_dashboard", lambda: None)
+    result = invoke("dashboard", "--study", "s", "--port", "8765")
+    assert result.exit_code == 130, result.output
+    assert result.stderr.splitlines()[-1] == "Error: interrupted"
