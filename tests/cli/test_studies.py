@@ -77,4 +77,4 @@ def test_ctrl_c_stops_the_dashboard_with_130_and_one_line(workdir, monkeypatch):
     monkeypatch.setattr(autotune.present.dashboard, "require_dashboard", lambda: None)
     result = invoke("dashboard", "--study", "s", "--port", "8765")
     assert result.exit_code == 130, result.output
-    assert result.stderr.splitlines()[-1] == "Error: interrupted"
+    assert result.stderr.splitlines()[-1] == "Error: interrupted (Ctrl-C)"
