@@ -26,7 +26,13 @@ class TrainStep:
     batch when the micro-batches hold equal real tokens, as packed and fixed ones do). The
     micro-step that completes a group also unscales, steps and zeroes (GradScaler: one
     `step`/`update` per optimizer step, as its accumulation recipe says). `pending` counts
-    the micro-steps since the last optimizer step: 0 at a boundary."""
+    the micro-steps since the last optimizer step: 0 at a boundary.
+
+    Every autotune loop runs it (measure, verify, profile). The batch's labels are aligned
+    (label t is the target of position t); how the model is called and its loss read is the
+    model contract (`model.contract.forward_loss`: a Hugging Face model by keyword, scored on
+    its logits, so its labels are never shifted twice). `annotate` labels the optimizer step
+    OPTIMIZER_REGION for the profiler."""
 
     def __init__(
         self,
@@ -42,13 +48,8 @@ class TrainStep:
     ) -> None:
         if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
             raise UsageError(f"accumulation_steps must be an integer >= 1, got {accumulation_steps!r}")
-        self.optimizer, self.scaler, self.device, self.device_kind, self.cfg = (
-            optimizer,
-            scaler,
-            device,
-            device_kind,
-            cfg,
-        )
+        self.optimizer, self.scaler, self.cfg = optimizer, scaler, cfg
+        self.device, self.device_kind = device, device_kind
         self.accumulation_steps = accumulation_steps
         self.pending = 0
         self.micro_steps = 0
@@ -82,33 +83,7 @@ class TrainStep:
         return loss
 
 
-def make_train_step(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    *,
-    device: torch.device,
-    device_kind: str,
-    cfg: TrainConfig,
-    annotate: bool = False,
-    accumulation_steps: int = 1,
-) -> TrainStep:
-    """The training step every autotune loop runs (measure, verify, profile): a `TrainStep`,
-    called once per micro-batch. The batch's labels are aligned (label t is the target of
-    position t); how the model is called and its loss read is the model contract
-    (`model.contract.forward_loss`: a Hugging Face model by keyword, scored on its logits, so
-    its labels are never shifted twice). `annotate` labels the optimizer step
-    OPTIMIZER_REGION for the profiler."""
-    return TrainStep(
-        model,
-        optimizer,
-        scaler,
-        device=device,
-        device_kind=device_kind,
-        cfg=cfg,
-        annotate=annotate,
-        accumulation_steps=accumulation_steps,
-    )
+make_train_step = TrainStep  # the name the loops call it by
 
 
 def make_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
