@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import IO, Sequence
 
 from autotune.errors import UsageError
-from autotune.trial._proc import death_signal_setter
+from autotune.trial._proc import death_signal_setter, stop_signals_recorded
 
 log = logging.getLogger(__name__)
 
@@ -286,24 +286,21 @@ def supervise(
     ]
     for pump in pumps:
         pump.start()
-    interrupts = 0
-    while True:
-        try:
-            if all(proc.poll() is not None for proc in procs):
-                break
+    handled = 0
+    with stop_signals_recorded() as received:  # never raised mid-poll: see stop_signals_recorded
+        while any(proc.poll() is None for proc in procs):
+            if len(received) > handled:
+                handled = len(received)
+                if handled == 1:
+                    log.warning(
+                        "stopping: each worker records its running trial as interrupted (Ctrl-C again to kill them)"
+                    )
+                for proc in procs:
+                    _signal(proc, signal.SIGINT if handled == 1 else signal.SIGKILL)
             time.sleep(poll_s)
-        except KeyboardInterrupt:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
-            interrupts += 1
-            sig = signal.SIGINT if interrupts == 1 else signal.SIGKILL
-            if interrupts == 1:
-                log.warning(
-                    "stopping: each worker records its running trial as interrupted (Ctrl-C again to kill them)"
-                )
-            for proc in procs:
-                _signal(proc, sig)
     for pump in pumps:
         pump.join(timeout=5)
-    return [proc.returncode for proc in procs], interrupts > 0
+    return [proc.returncode for proc in procs], handled > 0
 
 
 def _spawn(plan: WorkerPlan) -> subprocess.Popen:

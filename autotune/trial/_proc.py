@@ -157,6 +157,29 @@ def stop_signals_raise() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def stop_signals_recorded() -> Iterator[list[int]]:
+    """Within the block a stop signal (SIGINT, SIGTERM, SIGHUP) is only recorded in the yielded
+    list, never raised: the block checks the list where it chooses. A KeyboardInterrupt raised
+    at an arbitrary bytecode can land inside `Popen.poll()` between taking and releasing its
+    wait lock, and that Popen then never reports its child's exit: a supervisor polling it would
+    wait forever. Outside the main thread it records nothing."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+        for sig in STOP_SIGNALS
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
 def stops_deferred() -> Iterator[None]:
     """Hold a stop signal that arrives inside the block until the block is done, then raise it:
     what the block writes (a study and its set-up, a trial's clean-up) is never left half

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,12 @@ import autotune.search.run
 from autotune.search.fleet import (
     STORAGE_ENV,
     WorkerDevice,
+    WorkerPlan,
     parse_devices,
     plan_workers,
     resolve_devices,
     split_trials,
+    supervise,
     worker_command,
 )
 from autotune.search.storage import (
@@ -245,6 +248,62 @@ def test_devices_parent_forwards_ctrl_c_and_waits_for_every_worker(tmp_path):
     assert json.loads(out.strip().splitlines()[-1]) == {"codes": [130, 130], "interrupted": True}
     assert "[gpu0] recorded the trial as interrupted" in out and "[gpu1] a warning" in err
     assert all((tmp_path / f"marker{i}").read_text() == "interrupted" for i in range(2))
+
+
+class _SignalWhileLocked:
+    """Stands in for `Popen._waitpid_lock`: while the lock is held, SIGINT arrives once (across
+    all workers), as a Ctrl-C that lands inside `Popen.poll()` does. Seen once in CI: the
+    supervisor then polled that worker forever."""
+
+    fired = False
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        taken = self._lock.acquire(blocking, timeout)
+        if taken and not _SignalWhileLocked.fired:
+            _SignalWhileLocked.fired = True
+            signal.raise_signal(signal.SIGINT)
+        return taken
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+def _give_up(signum, frame):
+    raise TimeoutError("the supervisor is still polling: a worker's exit went unseen")
+
+
+@pytest.mark.process
+def test_a_ctrl_c_inside_popen_poll_does_not_hang_the_supervisor(monkeypatch):
+    spawned = []
+
+    def spawn_with_racing_lock(plan):
+        proc = real_spawn(plan)
+        proc._waitpid_lock = _SignalWhileLocked()
+        spawned.append(proc)
+        return proc
+
+    real_spawn = autotune.search.fleet._spawn
+    monkeypatch.setattr(autotune.search.fleet, "_spawn", spawn_with_racing_lock)
+    monkeypatch.setattr(_SignalWhileLocked, "fired", False)
+    plans = [
+        WorkerPlan(WorkerDevice(i, f"GPU-{i}"), 1, [sys.executable, "-c", "import time; time.sleep(60)"], {})
+        for i in range(2)
+    ]
+    previous = signal.signal(signal.SIGALRM, _give_up)
+    signal.alarm(20)
+    try:
+        codes, interrupted = supervise(plans, out=open(os.devnull, "w"), err=open(os.devnull, "w"))
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C escaped the supervisor")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        for proc in spawned:
+            proc.kill()
+    assert interrupted and all(code not in (None, 0) for code in codes)
 
 
 @pytest.mark.process
