@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -567,3 +569,54 @@ TUNED = dict(
     sdpa_backend="flash",
     checkpoint_layers=(0, 1, 5),
 )
+
+
+class SignalWhileLocked:
+    """Stands in for `Popen._waitpid_lock`: while the lock is held, SIGINT arrives once (across
+    all instances until `reset`), as a Ctrl-C that lands inside `Popen.poll()` does. Seen once
+    in CI: the fleet supervisor then polled that worker forever."""
+
+    fired = False
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.fired = False
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        taken = self._lock.acquire(blocking, timeout)
+        if taken and not SignalWhileLocked.fired:
+            SignalWhileLocked.fired = True
+            signal.raise_signal(signal.SIGINT)
+        return taken
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> bool:  # Popen.wait() takes it with `with`
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@contextlib.contextmanager
+def give_up_after(seconds: int, what: str):
+    """A TimeoutError naming `what` if the block still runs after `seconds` (SIGALRM: the block
+    may be stuck in a blocking call that no other timeout reaches)."""
+
+    def give_up(signum, frame):
+        raise TimeoutError(what)
+
+    previous = signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

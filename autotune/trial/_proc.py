@@ -132,6 +132,11 @@ def exit_code_for(exc: BaseException) -> int:
     return 128 + stop_signal_of(exc)
 
 
+def stop_exception(signum: int) -> KeyboardInterrupt:
+    """What a stop signal raises: KeyboardInterrupt for SIGINT, `Stopped` for the others."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
+
+
 def _raise_stopped(signum: int, frame: object) -> None:
     raise Stopped(signum)
 
@@ -191,7 +196,7 @@ def stops_deferred() -> Iterator[None]:
 
     def hold(signum: int, frame: object) -> None:
         if pending:
-            raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
+            raise stop_exception(signum)
         pending.append(signum)
 
     previous = {sig: signal.signal(sig, hold) for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}

@@ -37,7 +37,15 @@ from autotune.knobs.allocator import allocator_env
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.trial import zygote
-from autotune.trial._proc import kill_group, kill_processes, processes_with_env, stderr_tail, stops_deferred
+from autotune.trial._proc import (
+    kill_group,
+    kill_processes,
+    processes_with_env,
+    stderr_tail,
+    stop_exception,
+    stop_signals_recorded,
+    stops_deferred,
+)
 
 POLL_S = 0.05
 TRIAL_TOKEN_ENV = zygote.TOKEN_ENV
@@ -166,15 +174,20 @@ def _wait(
     deadline = time.monotonic() + timeout_s
     # A slower PSS refresh than the trial's own sampler: this is a safety stop, not the figure.
     memory = ProcessTreeMemory(proc.pid, pss_refresh_s=2.0) if rss_limit else None
-    while proc.poll() is None:
-        _note_descendants(proc.pid, seen)
-        if time.monotonic() > deadline:
-            return outcomes.timed_out(timeout_s)
-        if memory is not None:
-            verdict = outcomes.stopped_over_memory(memory.sample(), rss_limit)
-            if verdict is not None:
-                return verdict
-        time.sleep(POLL_S)
+    # A stop signal is raised here, between polls, never inside Popen.poll(): landing between
+    # its taking and releasing its wait lock would leave the lock taken, and _reap's wait() hung.
+    with stop_signals_recorded() as received:
+        while not received and proc.poll() is None:
+            _note_descendants(proc.pid, seen)
+            if time.monotonic() > deadline:
+                return outcomes.timed_out(timeout_s)
+            if memory is not None:
+                verdict = outcomes.stopped_over_memory(memory.sample(), rss_limit)
+                if verdict is not None:
+                    return verdict
+            time.sleep(POLL_S)
+    if received:
+        raise stop_exception(received[0])
     return None
 
 

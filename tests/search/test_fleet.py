@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import pytest
@@ -37,8 +36,10 @@ from autotune.search.storage import (
 from tests.helpers import (
     TINY_SPACE,
     TRIALS_PER_WORKER,
+    SignalWhileLocked,
     TwoWorkers,
     assert_accounted,
+    give_up_after,
     invoke,
     load,
     repo_env,
@@ -250,57 +251,29 @@ def test_devices_parent_forwards_ctrl_c_and_waits_for_every_worker(tmp_path):
     assert all((tmp_path / f"marker{i}").read_text() == "interrupted" for i in range(2))
 
 
-class _SignalWhileLocked:
-    """Stands in for `Popen._waitpid_lock`: while the lock is held, SIGINT arrives once (across
-    all workers), as a Ctrl-C that lands inside `Popen.poll()` does. Seen once in CI: the
-    supervisor then polled that worker forever."""
-
-    fired = False
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        taken = self._lock.acquire(blocking, timeout)
-        if taken and not _SignalWhileLocked.fired:
-            _SignalWhileLocked.fired = True
-            signal.raise_signal(signal.SIGINT)
-        return taken
-
-    def release(self) -> None:
-        self._lock.release()
-
-
-def _give_up(signum, frame):
-    raise TimeoutError("the supervisor is still polling: a worker's exit went unseen")
-
-
 @pytest.mark.process
 def test_a_ctrl_c_inside_popen_poll_does_not_hang_the_supervisor(monkeypatch):
     spawned = []
 
     def spawn_with_racing_lock(plan):
         proc = real_spawn(plan)
-        proc._waitpid_lock = _SignalWhileLocked()
+        proc._waitpid_lock = SignalWhileLocked()
         spawned.append(proc)
         return proc
 
     real_spawn = autotune.search.fleet._spawn
     monkeypatch.setattr(autotune.search.fleet, "_spawn", spawn_with_racing_lock)
-    monkeypatch.setattr(_SignalWhileLocked, "fired", False)
+    SignalWhileLocked.reset()
     plans = [
         WorkerPlan(WorkerDevice(i, f"GPU-{i}"), 1, [sys.executable, "-c", "import time; time.sleep(60)"], {})
         for i in range(2)
     ]
-    previous = signal.signal(signal.SIGALRM, _give_up)
-    signal.alarm(20)
     try:
-        codes, interrupted = supervise(plans, out=open(os.devnull, "w"), err=open(os.devnull, "w"))
+        with give_up_after(20, "the supervisor is still polling: a worker's exit went unseen"):
+            codes, interrupted = supervise(plans, out=open(os.devnull, "w"), err=open(os.devnull, "w"))
     except KeyboardInterrupt:
         pytest.fail("the Ctrl-C escaped the supervisor")
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
         for proc in spawned:
             proc.kill()
     assert interrupted and all(code not in (None, 0) for code in codes)
