@@ -76,12 +76,13 @@ def _resolve(device: str) -> str:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "yaml", "hf", "hf-json", "lightning", "lightning-json"]),
+    type=click.Choice(["json", "yaml", "hf", "hf-json", "lightning", "lightning-json", "env"]),
     default="json",
     show_default=True,
     help="json/yaml: the recipe; hf: TrainingArguments kwargs as Python, hf-json as JSON; lightning: Trainer "
     "and DataLoader kwargs as Python, lightning-json as JSON. Field names follow the installed library, "
-    "and are checked by constructing its object when it is installed.",
+    "and are checked by constructing its object when it is installed. env: the shell exports to run before "
+    "training starts CUDA (the allocator's expandable_segments).",
 )
 def export(recipe_file, study, storage, output, fmt) -> None:
     """Export a recipe (a file, or the best of a stored study) as JSON, YAML, Hugging Face or Lightning settings."""
