@@ -76,12 +76,13 @@ def _resolve(device: str) -> str:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "yaml", "hf", "hf-json", "lightning", "lightning-json"]),
+    type=click.Choice(["json", "yaml", "hf", "hf-json", "lightning", "lightning-json", "env"]),
     default="json",
     show_default=True,
     help="json/yaml: the recipe; hf: TrainingArguments kwargs as Python, hf-json as JSON; lightning: Trainer "
     "and DataLoader kwargs as Python, lightning-json as JSON. Field names follow the installed library, "
-    "and are checked by constructing its object when it is installed.",
+    "and are checked by constructing its object when it is installed. env: the shell exports to run before "
+    "training starts CUDA (the allocator's expandable_segments).",
 )
 def export(recipe_file, study, storage, output, fmt) -> None:
     """Export a recipe (a file, or the best of a stored study) as JSON, YAML, Hugging Face or Lightning settings."""
@@ -137,17 +138,55 @@ def export(recipe_file, study, storage, output, fmt) -> None:
     show_default=True,
     help="Kill the measuring process after this long (seconds, or e.g. 30m).",
 )
+@click.option(
+    "--soak",
+    is_flag=True,
+    help="Run the recipe for one full epoch of the data's batches (every batch shape), or --steps N, and "
+    "report throughput and peak memory per window; FAIL when memory is above the limit less the recipe's "
+    "headroom, or still grows in the second half at a rate that would reach it within 10x the run.",
+)
 @model_options
 @json_option
+@click.pass_context
 def verify(
-    recipe_path, device, tolerance, steps, warmup, min_time, data, timeout_s, model, allow_model_import, as_json
+    ctx,
+    recipe_path,
+    device,
+    tolerance,
+    steps,
+    warmup,
+    min_time,
+    data,
+    timeout_s,
+    soak,
+    model,
+    allow_model_import,
+    as_json,
 ) -> None:
     """Re-measure RECIPE here, in a fresh process, with the same measuring core as search,
-    and compare with what it recorded. Exit 0: PASS, 1: FAIL, 2: bad input, 130: Ctrl-C."""
+    and compare with what it recorded (--soak: run it long, and watch its memory).
+    Exit 0: PASS, 1: FAIL, 2: bad input, 130: Ctrl-C."""
     from autotune.present.summaries import format_verify
     from autotune.recipe.verify import default_tolerance, verify_recipe
 
     device = _resolve(device)
+    if soak:
+        from autotune.present.soak import format_soak
+        from autotune.recipe.soak import soak_recipe
+
+        given = ctx.get_parameter_source("steps") is not click.core.ParameterSource.DEFAULT
+        result = soak_recipe(
+            load_recipe(recipe_path, device),
+            device=device,
+            steps=steps if given else None,  # one epoch unless --steps
+            warmup=warmup,
+            data=data,
+            timeout_s=timeout_s,
+            model=model,
+            allow_model_import=allow_model_import,
+        )
+        emit_json(result) if as_json else click.echo(format_soak(result, recipe_path))
+        sys.exit(0 if result["passed"] else 1)
     tol = tolerance if tolerance is not None else default_tolerance(device)
     recipe = load_recipe(recipe_path, device)
     result = verify_recipe(

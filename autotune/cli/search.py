@@ -11,6 +11,7 @@ import click
 from autotune.cli._options import (
     CONTEXT_SETTINGS,
     DURATION,
+    FRACTION,
     emit_json,
     global_batch_option,
     json_option,
@@ -124,6 +125,14 @@ class _ProgressReporter:
     help="Limit as a fraction of the device's total memory (default 0.9).",
 )
 @click.option(
+    "--memory-headroom",
+    type=FRACTION,
+    default=None,
+    help="Feasible only if a configuration's worst-case peak is at most the limit less this share of it; "
+    "5% or 0.05 (default 5%: fragmentation over hours of training and the evaluation, checkpoint and "
+    "communication buffers a tuning run never makes add a few percent). A resumed study keeps its own.",
+)
+@click.option(
     "--n-trials",
     type=int,
     default=20,
@@ -175,6 +184,7 @@ def search(
     memory_limit,
     global_batch_tokens,
     memory_fraction,
+    memory_headroom,
     n_trials,
     timeout,
     trial_timeout,
@@ -207,6 +217,7 @@ def search(
         space=space,
         memory_limit_bytes=memory_limit,
         memory_fraction=memory_fraction,
+        memory_headroom=memory_headroom,
         n_trials=n_trials,
         timeout_s=timeout,
         trial_timeout_s=trial_timeout,

@@ -57,6 +57,11 @@ class GpuMemoryWatch:
             return max(0, device - self.baseline)
         return None
 
+    def restart(self) -> None:
+        """Count the peak from now on: the peaks become the current reading."""
+        self.peak_process = self.peak_device = None
+        self.sample()
+
     def peak(self) -> tuple[int, str] | None:
         """(peak bytes, source) over the samples so far; None when NVML cannot say."""
         if self.peak_process is not None:

@@ -39,6 +39,18 @@ def peak_rss_of(pid: int) -> int | None:
     return None
 
 
+def reset_peak_rss(pid: int) -> bool:
+    """Reset a process's peak resident set size (VmHWM) to its current RSS, so the next
+    reading is the peak of what follows (Linux >= 4.0: writing 5 to /proc/PID/clear_refs).
+    False where the kernel or the permissions refuse it."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def group_rss_bytes(pgid: int) -> int:
     """Resident memory of every process in the group (a trial and its DataLoader workers)."""
     total = 0
@@ -174,6 +186,7 @@ class ProcessTreeMemory:
         self.interval_s = interval_s
         self.pss_refresh_s = pss_refresh_s
         self.sampled_peak = 0
+        self.own_peak_valid = True  # the root's VmHWM counts from the last restart_peak()
         self.max_processes = 1
         self._shared: dict[tuple[int, int], tuple[int, float]] = {}  # (pid, start) -> (RSS - PSS, when read)
         self._stop = threading.Event()
@@ -194,9 +207,19 @@ class ProcessTreeMemory:
 
     @property
     def peak_bytes(self) -> int:
-        """The peak so far: the largest sample, or the root's own peak RSS if larger."""
-        own = peak_rss_of(self.root) or 0
+        """The peak since the start or the last `restart_peak()`: the largest sample, or the
+        root's own peak RSS if larger (when its VmHWM could be reset at the restart)."""
+        own = (peak_rss_of(self.root) or 0) if self.own_peak_valid else 0
         return max(self.sampled_peak, own)
+
+    def restart_peak(self) -> None:
+        """Count the peak from now on (one phase of a run: its warm-up, its timed window).
+        The root's VmHWM is reset with it; where the kernel refuses that, the phase's peak is
+        the sampled one alone (it can miss a spike shorter than `interval_s`)."""
+        self.own_peak_valid = reset_peak_rss(self.root)
+        with self._lock:
+            self.sampled_peak = 0
+        self.sample()
 
     def sample(self) -> int:
         """One reading of the tree's memory now; updates the peak. 0 when the root is gone."""

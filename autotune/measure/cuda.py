@@ -89,6 +89,16 @@ class CudaSession:
             return reading[0], reading[1], allocator_peak
         return int(torch.cuda.max_memory_reserved(self.index)), ALLOCATOR_RESERVED, allocator_peak
 
+    def reserved_peak(self) -> int:
+        """torch's reserved peak (segments the caching allocator holds), beside the allocated
+        peak of `peak_memory`: their gap is the cache and its fragmentation."""
+        return int(torch.cuda.max_memory_reserved(self.index))
+
+    def restart_peak(self) -> None:
+        """Count every peak from now on (one phase of a run): torch's and NVML's."""
+        torch.cuda.reset_peak_memory_stats(self.index)
+        self.memory.restart()
+
     def release(self) -> None:
         """After a failed run: give cached blocks back, so a retry in this process starts clean."""
         if torch.cuda.is_initialized():

@@ -24,7 +24,10 @@ Rules (gpt-fast / llm.c hygiene):
   micro-steps' real tokens over the window's wall time) carries the optimizer's cost in its
   true proportion. The median step time is a micro-step's; the CV leaves out the
   optimizer-bearing micro-steps, longer by design (with at least two others to compare);
-- a noisy run (CV above target) takes a second window of steps, then is flagged unstable.
+- a noisy run (CV above target) takes a second window of steps, then is flagged unstable;
+- between warm-up and the window, one step on each extreme batch shape the sampler can
+  produce (`measure.extremes`): peak memory is the worst case over warm-up, those steps and
+  the window, each phase read apart (`measure.peaks`); the window's own peak is kept beside it.
 The CUDA side (device, memory baseline and cap, events, peak memory) is `measure.cuda`.
 """
 
@@ -50,8 +53,10 @@ from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.measure import outcomes
 from autotune.measure.compile_events import CompileEvents
 from autotune.measure.cuda import CudaSession, HostSession, session_for
+from autotune.measure.extremes import Extremes, extreme_shapes, run_extremes
 from autotune.measure.flops import flops_per_token, model_flops_utilization
 from autotune.measure.measurement import Measurement
+from autotune.measure.peaks import PhasePeaks, memory_meter
 from autotune.measure.step import endless_batches, make_optimizer, make_train_step
 from autotune.measure.warmup import WarmUp, warm_up
 from autotune.model.introspect import model_shape, non_embedding_params
@@ -109,6 +114,7 @@ class _Run:
         # Micro-batches per optimizer step; a token budget that does not divide the global
         # batch is UnsupportedConfig before anything is built.
         self.accumulation = spec.accumulation_steps(cfg)
+        self.peaks = PhasePeaks.start(memory_meter(session, host))
 
     def execute(self) -> Measurement:
         with fp32_precision(self.cfg.amp_dtype), self.events:
@@ -136,12 +142,15 @@ class _Run:
             try:
                 t = time.perf_counter()
                 warm = self._warm_up(batches, step, loader)
+                self.peaks.close("warmup")
+                self.extremes = self._run_extremes(step, loader)
                 self.phase["warmup"] = time.perf_counter() - t
                 t = time.perf_counter()
                 window = self._clean_window(batches, step)
                 if window.cv > CV_TARGET:  # noisy: one more window of samples before judging
                     window = window.merge(self._clean_window(batches, step))
                 self.phase["timed"] = time.perf_counter() - t
+                self.peaks.close("window")
             finally:
                 batches.close()  # shuts DataLoader workers down now, not at garbage collection
             return self._result(model, window, warm)
@@ -175,6 +184,21 @@ class _Run:
         )
         self.session.after_warm_up()
         return warm
+
+    def _run_extremes(self, step: Callable, loader: DataLoader) -> Extremes:
+        """One step on each extreme shape, its peak read apart (`measure.extremes`)."""
+        extremes = extreme_shapes(distinct_batch_shapes(loader))
+        self.extreme_steps = run_extremes(
+            step,
+            extremes,
+            vocab_size=self.shape.vocab_size,
+            documents=carries_document_ids(loader),
+            sync=self.session.sync,
+            seed=self.spec.seed,
+            accumulation_steps=self.accumulation,
+        )
+        self.peaks.close("extremes")
+        return extremes
 
     def _clean_window(self, batches: Iterator, step: Callable) -> "_Window":
         """A timed window in which nothing was compiled or recorded: one with a compile
@@ -232,9 +256,8 @@ class _Run:
     def _result(self, model: nn.Module, window: "_Window", warm: WarmUp) -> Measurement:
         median = statistics.median(window.step_times)
         tokens_per_sec = window.tokens / window.wall_s
-        peak, source, allocator_peak = self.session.peak_memory()
-        if self.kind != "cuda":  # on a CPU the figure is the process tree's, sampled
-            peak, source = self.host.peak_bytes, "rss"
+        worst = self.peaks.worst()  # over warm-up, the extreme shapes and the window
+        peak, source = worst.bytes, worst.source
         compile_time = warm.compile_time(median) if self.cfg.compile_mode != "none" else 0.0
         outcome, reason = outcomes.decide_measured(peak, self.spec.memory_limit_bytes, final_loss=window.final_loss)
 
@@ -263,8 +286,15 @@ class _Run:
             mfu_at_context=mfu(self.shape.context_length),
             peak_memory_bytes=peak,
             peak_memory_source=source,
-            allocator_peak_bytes=allocator_peak,
-            host_peak_memory_bytes=self.host.peak_bytes,
+            allocator_peak_bytes=worst.allocated,
+            allocator_reserved_peak_bytes=worst.reserved,
+            window_peak_memory_bytes=self.peaks.bytes_of("window"),
+            extremes_peak_memory_bytes=self.peaks.bytes_of("extremes") if self.extremes.shapes else None,
+            extreme_shapes=[list(s) for s in self.extremes.shapes],
+            extreme_steps=self.extreme_steps,
+            extremes_note=self.extremes.note,
+            # on a CPU the tree is the device (restarted per phase): its worst case is `peak`
+            host_peak_memory_bytes=self.host.peak_bytes if self.kind == "cuda" else peak,
             gpu_utilization=window.gpu_utilization,
             unstable=window.cv > CV_TARGET,
             steps=len(window.step_times),

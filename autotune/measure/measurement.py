@@ -30,6 +30,14 @@ class Measurement:
     # process tree's, on CPU
     peak_memory_source: str | None = None
     allocator_peak_bytes: int | None = None  # torch's max_memory_allocated (CUDA)
+    allocator_reserved_peak_bytes: int | None = None  # torch's max_memory_reserved (CUDA): the cache's segments
+    # peak_memory_bytes is the worst case: the maximum over warm-up, the extreme shapes and the
+    # timed window (`measure.extremes`); the window's own peak, what steady steps drew, is this:
+    window_peak_memory_bytes: int | None = None
+    extremes_peak_memory_bytes: int | None = None  # the steps on the extreme shapes alone
+    extreme_shapes: list[list[int]] = field(default_factory=list)  # [batch size, width] each, run before the window
+    extreme_steps: int = 0  # steps run on them (whole optimizer steps: cycled under accumulation)
+    extremes_note: str | None = None  # why no extreme step ran (one batch shape: the window runs it)
     # Host memory of the whole process tree (the run, its DataLoader workers and their
     # children), sampled: on CPU it is peak_memory_bytes; on CUDA it is reported beside it.
     host_peak_memory_bytes: int | None = None

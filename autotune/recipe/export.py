@@ -11,6 +11,7 @@ does not use."""
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any, Callable
 
 import yaml
@@ -21,7 +22,7 @@ from autotune.integrations import hf, lightning
 from autotune.integrations.common import recipe_seq_len, sequences_per_step
 from autotune.recipe.recipe import Recipe
 
-FORMATS = ("json", "yaml", "hf", "hf-json", "lightning", "lightning-json")
+FORMATS = ("json", "yaml", "hf", "hf-json", "lightning", "lightning-json", "env")
 
 
 def render(recipe: Recipe, fmt: str) -> str:
@@ -33,6 +34,7 @@ def render(recipe: Recipe, fmt: str) -> str:
         "hf-json": _hf_json,
         "lightning": _lightning,
         "lightning-json": _lightning_json,
+        "env": _env,
     }
     if fmt not in renderers:
         raise UsageError(f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}")
@@ -53,9 +55,33 @@ def _hf_json(recipe: Recipe) -> str:
 
 
 def _lightning_json(recipe: Recipe) -> str:
-    """{"trainer": Trainer kwargs, "dataloader": DataLoader kwargs}."""
-    data = {"trainer": lightning.trainer_kwargs(recipe), "dataloader": lightning.dataloader_kwargs(recipe)}
+    """{"trainer": Trainer kwargs, "dataloader": DataLoader kwargs, "environment": variables to
+    set before CUDA starts}."""
+    data = {
+        "trainer": lightning.trainer_kwargs(recipe),
+        "dataloader": lightning.dataloader_kwargs(recipe),
+        "environment": recipe.environment(),
+    }
     return json.dumps(data, indent=2) + "\n"
+
+
+def _env(recipe: Recipe) -> str:
+    """Shell lines to run before training starts: `eval "$(autotune export R --format env)"`."""
+    env = recipe.environment()
+    if not env:
+        return "# nothing to set: the recipe was measured on a CPU without allocator settings\n"
+    lines = ["# the CUDA caching allocator's settings: set before the training process starts CUDA"]
+    return "\n".join(lines + [f"export {name}={shlex.quote(value)}" for name, value in env.items()]) + "\n"
+
+
+def _environment_block(recipe: Recipe) -> list[str]:
+    """Python that sets the recipe's environment, first thing: the allocator reads it once, when
+    CUDA starts, so it must run before anything touches CUDA (or be exported in the shell)."""
+    env = recipe.environment()
+    if not env:
+        return []
+    lines = ["import os", "", "# Before anything starts CUDA: the caching allocator reads this once."]
+    return lines + [f"os.environ[{name!r}] = {value!r}" for name, value in env.items()] + [""]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -137,6 +163,7 @@ def _hf(recipe: Recipe) -> str:
     args, checked = hf.checked_training_arguments(recipe)
     lines = _header(recipe, "Hugging Face TrainingArguments", checked)
     lines += ["# Use: TrainingArguments(output_dir=..., **training_args)", ""]
+    lines += _environment_block(recipe)
     comments = {
         **_HF_COMMENTS,
         "per_device_train_batch_size": _batch_comment(recipe),
@@ -157,6 +184,7 @@ def _lightning(recipe: Recipe) -> str:
     loader = lightning.dataloader_kwargs(recipe)
     lines = _header(recipe, "Lightning Trainer and DataLoader settings", checked)
     lines += ["# Use: lightning.Trainer(**trainer_kwargs, ...) and DataLoader(dataset, **dataloader_kwargs)", ""]
+    lines += _environment_block(recipe)
     if recipe.config.amp_dtype == "tf32":
         lines += [
             "import torch",

@@ -242,6 +242,20 @@ class Recipe:
 
     # --- in a training script -------------------------------------------------------------
 
+    def environment(self) -> dict[str, str]:
+        """The environment to set before CUDA starts (the caching allocator reads it once, at
+        its first allocation): PYTORCH_CUDA_ALLOC_CONF with the recipe's expandable_segments,
+        stated explicitly as measured, the other options of this process's setting kept.
+        Empty for a recipe measured on a CPU without the option (it changes nothing there).
+        In a shell: `export NAME='value'`; `autotune export --format env` prints exactly that."""
+        import os
+
+        from autotune.knobs.allocator import allocator_env
+
+        if self.hardware.get("kind") != "cuda" and not self.config.expandable_segments:
+            return {}
+        return allocator_env(self.config, os.environ)
+
     def apply_to_model(
         self, model: "torch.nn.Module", block_path: str | None = None, device: "str | torch.device | None" = None
     ) -> "torch.nn.Module":
@@ -412,6 +426,10 @@ _MEASURED_FIELDS: dict[str, Callable[[Any], bool]] = {
     "peak_memory_bytes": _count,
     "peak_memory_source": _text,
     "allocator_peak_bytes": _count,
+    "allocator_reserved_peak_bytes": _count,
+    "window_peak_memory_bytes": _count,
+    "memory_margin_bytes": lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+    "memory_headroom": lambda v: v is None or (is_finite_number(v) and 0 <= v < 1),
     "host_peak_memory_bytes": _count,
     "data_wait_fraction": _number,
     "compile_time_s": _number,
@@ -493,9 +511,11 @@ RECIPE_FIGURES = (
     "step_time_median_s",
     "step_time_cv",
     "mfu",
-    "peak_memory_bytes",
+    "peak_memory_bytes",  # the worst case: warm-up, the extreme batch shapes and the window
+    "window_peak_memory_bytes",  # what the timed window alone drew
     "peak_memory_source",
     "allocator_peak_bytes",
+    "allocator_reserved_peak_bytes",
     "data_wait_fraction",
     "compile_time_s",
     "gpu_utilization",
@@ -504,8 +524,17 @@ RECIPE_FIGURES = (
 )
 
 
-def recipe_measured(measurement: Measurement | None, memory_limit_bytes: int | None) -> dict[str, Any]:
-    """The figures a recipe records (its `measured` section) from a run's Measurement."""
+def recipe_measured(
+    measurement: Measurement | None, memory_limit_bytes: int | None, memory_headroom: float | None = None
+) -> dict[str, Any]:
+    """The figures a recipe records (its `measured` section) from a run's Measurement, with
+    the limit, the headroom it was judged with and the margin: limit - worst-case peak
+    (negative: over the limit)."""
     out = {k: getattr(measurement, k, None) if measurement is not None else None for k in RECIPE_FIGURES}
     out["memory_limit_bytes"] = memory_limit_bytes
+    out["memory_headroom"] = memory_headroom
+    peak = out["peak_memory_bytes"]
+    out["memory_margin_bytes"] = (
+        memory_limit_bytes - peak if memory_limit_bytes is not None and peak is not None else None
+    )
     return out

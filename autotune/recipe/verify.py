@@ -27,6 +27,49 @@ def default_tolerance(device: str) -> float:
     return CPU_TOLERANCE if device.split(":", 1)[0] == "cpu" else GPU_TOLERANCE
 
 
+def recipe_run_spec(
+    recipe: Recipe,
+    *,
+    device: str,
+    data: str | None,
+    warmup: int,
+    steps: int,
+    min_time_s: float,
+    timeout_s: float,
+    model: str | None,
+    allow_model_import: bool,
+) -> RunSpec:
+    """The run of `recipe` here, checked before anything runs: the model (a factory is built
+    in a child process first, under the timeout), the data, the workers this machine can
+    start; the recipe's memory limit and global batch."""
+    from autotune.model.load import check_model_name
+
+    limit = recipe.measured.get("memory_limit_bytes")
+    name = recipe.model_to_run(model, allow_import=allow_model_import)
+    check_runnable_here(recipe.config, where="the recipe's config")
+    data = data or recipe.data or "synthetic"
+    if data != "synthetic" and not Path(data).is_file():
+        raise UsageError(f"the recipe was measured on {data}, which is not here; give --data PATH (or synthetic)")
+    seq_len = recipe.model.get("seq_len")
+    if ":" in name:  # a factory: built once in a child process, so its failures are one line
+        from autotune.trial.probe import probe
+
+        probe(name, data=data, seq_len=seq_len if isinstance(seq_len, int) else None, timeout_s=timeout_s)
+    else:
+        check_model_name(name)
+    return RunSpec(
+        model=name,
+        device=device,
+        data=data,
+        seq_len=seq_len if isinstance(seq_len, int) else None,
+        warmup=warmup,
+        steps=steps,
+        min_time_s=min_time_s,
+        memory_limit_bytes=limit if isinstance(limit, int) else None,
+        global_batch_tokens=recipe.global_batch_tokens,  # measured accumulating: verified so
+    )
+
+
 def verify_recipe(
     recipe: Recipe,
     *,
@@ -46,8 +89,6 @@ def verify_recipe(
     factory` only with `allow_model_import`, or `model` instead; a factory is built in a child
     process first, under the timeout), the data, the workers this machine can start, and the
     record itself (a limit below its own peak is a recipe that cannot pass)."""
-    from autotune.model.load import check_model_name
-
     recorded = dict(recipe.measured)
     recorded_tps = recorded.get("tokens_per_sec")
     if not isinstance(recorded_tps, (int, float)) or recorded_tps <= 0:
@@ -59,32 +100,20 @@ def verify_recipe(
             f"the recipe records a peak of {format_bytes(recorded_peak)} above its own memory limit "
             f"{format_bytes(limit)} (measured.memory_limit_bytes): it is inconsistent, there is nothing to verify"
         )
-    name = recipe.model_to_run(model, allow_import=allow_model_import)
-    check_runnable_here(recipe.config, where="the recipe's config")
-    data = data or recipe.data or "synthetic"
-    if data != "synthetic" and not Path(data).is_file():
-        raise UsageError(f"the recipe was measured on {data}, which is not here; give --data PATH (or synthetic)")
-    seq_len = recipe.model.get("seq_len")
-    if ":" in name:  # a factory: built once in a child process, so its failures are one line
-        from autotune.trial.probe import probe
-
-        probe(name, data=data, seq_len=seq_len if isinstance(seq_len, int) else None, timeout_s=timeout_s)
-    else:
-        check_model_name(name)
-    spec = RunSpec(
-        model=name,
+    spec = recipe_run_spec(
+        recipe,
         device=device,
         data=data,
-        seq_len=seq_len if isinstance(seq_len, int) else None,
         warmup=warmup,
         steps=steps,
         min_time_s=min_time_s,
-        memory_limit_bytes=limit if isinstance(limit, int) else None,
-        global_batch_tokens=recipe.global_batch_tokens,  # measured accumulating: verified so
+        timeout_s=timeout_s,
+        model=model,
+        allow_model_import=allow_model_import,
     )
     trial = run_trial(spec, recipe.config, timeout_s=timeout_s, device=describe(device))
     m = trial.measurement
-    measured = recipe_measured(m, spec.memory_limit_bytes) if m else {}
+    measured = recipe_measured(m, spec.memory_limit_bytes, recorded.get("memory_headroom")) if m else {}
     tps, peak = measured.get("tokens_per_sec"), measured.get("peak_memory_bytes")
     recorded_peak = recorded.get("peak_memory_bytes")
     ratio_tps = tps / recorded_tps if tps is not None else None

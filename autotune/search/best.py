@@ -27,7 +27,7 @@ def recipe_from_trial(
 ) -> Recipe:
     trial = trial or summary.best
     m = trial_measurement(trial)
-    measured = recipe_measured(m, study_attrs.get("memory_limit_bytes"))
+    measured = recipe_measured(m, study_attrs.get("memory_limit_bytes"), study_attrs.get("memory_headroom"))
     confirmation = study_attrs.get(confirmation_key(trial.number)) or {}
     if confirmation.get("outcome") == outcomes.OK and confirmation.get("tokens_per_sec") and m and m.tokens_per_sec:
         runs = [m.tokens_per_sec, confirmation["tokens_per_sec"]]

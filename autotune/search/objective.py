@@ -125,7 +125,7 @@ class Objective:
         how = outcomes.recording(result.outcome, has_rate=result.tokens_per_sec is not None)
         if how is outcomes.Recording.MEASURED:
             peak = result.peak_memory_bytes
-            trial.set_constraint("memory", (peak - limit) / limit if peak is not None else 0.0)
+            trial.set_constraint("memory", outcomes.memory_constraint(peak, limit, self.ctx.memory_headroom))
             return float(result.tokens_per_sec)
         if how is outcomes.Recording.INFEASIBLE:
             trial.set_constraint("memory", 1.0)

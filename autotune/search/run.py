@@ -27,6 +27,7 @@ from autotune.config import RunSpec, TrainConfig, check_int
 from autotune.device import DeviceInfo, describe, resolve_device, total_host_memory
 from autotune.device.disk import check_writable
 from autotune.errors import AutotuneError, UsageError
+from autotune.measure import outcomes
 from autotune.search.best import confirmation_key, write_recipe
 from autotune.search.objective import Objective, TrialFailed
 from autotune.search.space_file import default_space_path, load_space
@@ -72,6 +73,7 @@ class SearchSettings:
     space: str | None = None
     memory_limit_bytes: int | None = None
     memory_fraction: float | None = None
+    memory_headroom: float | None = None  # None: outcomes.DEFAULT_MEMORY_HEADROOM (a resumed study: its own)
     n_trials: int = 20
     timeout_s: float | None = None  # the whole search
     trial_timeout_s: float | None = None  # one trial (default: 300 s on CPU, 600 s on CUDA)
@@ -141,6 +143,19 @@ def memory_limit(settings: SearchSettings, device: DeviceInfo) -> int:
     return limit
 
 
+MAX_MEMORY_HEADROOM = 0.5  # more would judge a configuration on under half the memory it may use
+
+
+def memory_headroom(settings: SearchSettings) -> float:
+    """--memory-headroom, else the default (see outcomes.DEFAULT_MEMORY_HEADROOM)."""
+    headroom = settings.memory_headroom
+    if headroom is None:
+        return outcomes.DEFAULT_MEMORY_HEADROOM
+    if not 0 <= headroom <= MAX_MEMORY_HEADROOM:
+        raise UsageError(f"--memory-headroom must be from 0% to {MAX_MEMORY_HEADROOM:.0%}, got {headroom:g}")
+    return headroom
+
+
 def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     """Validate everything before anything is written: (context, study name, storage URL)."""
     from autotune.model.gpt import MODEL_SIZES  # the tuner needs a model's shape, hence torch
@@ -185,7 +200,12 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     )
     _check_global_batch(space, spec.global_batch_tokens)
     ctx = StudyContext(
-        spec=spec, device=device, space=space, memory_limit_bytes=spec.memory_limit_bytes, trial_timeout_s=timeout
+        spec=spec,
+        device=device,
+        space=space,
+        memory_limit_bytes=spec.memory_limit_bytes,
+        trial_timeout_s=timeout,
+        memory_headroom=memory_headroom(settings),
     )
     name = (
         check_study_name(settings.study)
@@ -289,7 +309,9 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our reporter says what happened
     study, is_new = open_study(name, storage, ctx, seed=settings.seed, on_create=warm.enqueue if warm else None)
     if not is_new:
-        ctx = check_rules(study, ctx, limit_given=settings.limit_given)
+        ctx = check_rules(
+            study, ctx, limit_given=settings.limit_given, headroom_given=settings.memory_headroom is not None
+        )
         if warm is not None:
             log.warning(
                 "study %r exists: --warm-start-from applies to a new study only and is ignored (start one with "

@@ -59,6 +59,8 @@ class StudyContext:
     space: SearchSpace
     memory_limit_bytes: int
     trial_timeout_s: float
+    # Feasible only with a worst-case peak <= limit x (1 - headroom) (outcomes.memory_constraint)
+    memory_headroom: float = outcomes.DEFAULT_MEMORY_HEADROOM
 
     @property
     def capabilities(self) -> DeviceCapabilities:
@@ -84,6 +86,7 @@ def study_attrs(ctx: StudyContext) -> dict[str, Any]:
         "seq_len": ctx.space.seq_len,
         "n_layer": ctx.space.n_layer,
         "memory_limit_bytes": ctx.memory_limit_bytes,
+        "memory_headroom": ctx.memory_headroom,
         "space": ctx.space.to_dict(),
         "space_source": ctx.space.source,
         "space_hash": ctx.space.hash,
@@ -165,10 +168,13 @@ def open_study(
     return study, False
 
 
-def check_rules(study: optuna.Study, ctx: StudyContext, *, limit_given: bool) -> StudyContext:
-    """The context to resume `study` with: its own memory limit when the run sets none
-    (`limit_given` False); UsageError when the run asks for another limit, or another timed
-    window (--steps, --min-time), than every trial of the study was measured with."""
+def check_rules(
+    study: optuna.Study, ctx: StudyContext, *, limit_given: bool, headroom_given: bool = False
+) -> StudyContext:
+    """The context to resume `study` with: its own memory limit and headroom when the run sets
+    none (`limit_given`, `headroom_given` False); UsageError when the run asks for another
+    limit or headroom, or another timed window (--steps, --min-time), than every trial of the
+    study was judged with."""
     attrs = study.user_attrs
     stored_limit = attrs.get("memory_limit_bytes")
     differences = []
@@ -185,6 +191,14 @@ def check_rules(study: optuna.Study, ctx: StudyContext, *, limit_given: bool) ->
                 memory_limit_bytes=stored_limit,
                 spec=dataclasses.replace(ctx.spec, memory_limit_bytes=stored_limit),
             )
+    # A study made before headrooms existed judged its trials against the limit itself: 0.
+    stored_headroom = attrs.get("memory_headroom", 0.0)
+    if stored_headroom != ctx.memory_headroom:
+        if headroom_given:
+            differences.append(f"--memory-headroom {stored_headroom:.0%}, this run {ctx.memory_headroom:.0%}")
+        else:
+            log.info("resuming %r with its memory headroom %.0f%%", study.study_name, 100 * stored_headroom)
+            ctx = dataclasses.replace(ctx, memory_headroom=stored_headroom)
     run = attrs.get("run") or {}
     # A study made before global batches existed has no key: it measured without accumulation.
     stored_batch, asked_batch = run.get("global_batch_tokens"), ctx.spec.global_batch_tokens

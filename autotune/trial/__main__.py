@@ -1,6 +1,7 @@
 """The trial process: `python -m autotune.trial MODE REQUEST RESULT PARENT_PID`.
 
     --measure   run one measurement and write it (a search trial, `verify`, the confirmation run)
+    --soak      run a recipe's configuration for an epoch or N steps, in windows (`verify --soak`)
     --probe     build the model and, for a file, the dataset, and write what the tuner needs of
                 them (context length, depth, vocabulary): a user's factory runs here, under a
                 timeout, never in the tuner (see `trial.probe`)
@@ -28,7 +29,12 @@ def main(argv: list[str]) -> int:
     die_with_parent(parent_pid)
     with open(request_path, encoding="utf-8") as f:
         request = json.load(f)
-    payload = _probe(request) if mode == "--probe" else _measure(request, started)
+    if mode == "--probe":
+        payload = _probe(request)
+    elif mode == "--soak":
+        payload = _soak(request)
+    else:
+        payload = _measure(request, started)
     tmp = result_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(payload, f)
@@ -54,6 +60,23 @@ def _measure(request: dict[str, Any], started: float) -> dict[str, Any]:
         result = Measurement.failed(cfg.to_dict(), *outcomes.bad_input_in_trial(exc))
     result.phase_s["process_start"] = ready - started  # interpreter + imports, seen from inside
     return {"measurement": result.to_dict(), "started_at": started, "ready_at": ready}
+
+
+def _soak(request: dict[str, Any]) -> dict[str, Any]:
+    from autotune.config import RunSpec, TrainConfig
+    from autotune.device import DeviceInfo
+    from autotune.errors import AutotuneError
+    from autotune.measure import outcomes
+    from autotune.measure.soak import SoakRun, soak
+
+    spec = RunSpec.from_dict(request["spec"])
+    cfg = TrainConfig.from_dict(request["config"])
+    info = DeviceInfo.from_dict(request["device"]) if request.get("device") else None
+    try:
+        result = soak(spec, cfg, request.get("steps"), info)
+    except AutotuneError as exc:
+        result = SoakRun(*outcomes.bad_input_in_trial(exc))
+    return {"soak": result.to_dict()}
 
 
 def _probe(request: dict[str, Any]) -> dict[str, Any]:

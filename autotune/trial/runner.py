@@ -99,6 +99,29 @@ def run_trial(
     return TrialResult(outcome, reason, wall_s=child.wall_s)
 
 
+def run_soak(
+    spec: RunSpec, cfg: TrainConfig, *, steps: int | None, timeout_s: float, device: DeviceInfo | None = None
+) -> tuple[str, str | None, dict[str, Any] | None]:
+    """A soak run (`measure.soak`) in a child process, as `run_trial` runs a measurement:
+    (outcome, reason, the SoakRun as a dict when it wrote one)."""
+    check_runnable_here(cfg)
+    request = {
+        "spec": spec.to_dict(),
+        "config": cfg.to_dict(),
+        "device": device.to_dict() if device else None,
+        "steps": steps,
+    }
+    limit = spec.memory_limit_bytes if spec.device_kind == "cpu" else None
+    env = allocator_env(cfg, dict(os.environ))
+    child = run_child(["--soak"], request, timeout_s=timeout_s, env=env, rss_limit=limit)
+    if child.verdict is not None:
+        return child.verdict[0], child.verdict[1], None
+    if child.payload is not None:
+        run = child.payload["soak"]
+        return run["outcome"], run.get("reason"), run
+    return (*outcomes.classify_exit(child.returncode, child.stderr_tail), None)
+
+
 @dataclass
 class ChildRun:
     """How one child (`python -m autotune.trial MODE ...`) ended."""

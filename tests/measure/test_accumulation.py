@@ -139,8 +139,10 @@ def test_measure_times_whole_optimizer_steps_and_counts_every_micro_steps_tokens
     assert m.outcome == outcomes.OK, m.reason
     assert m.accumulation_steps == 4 and m.global_batch_tokens == 4096
     assert optimizer_steps == list(range(4, len(micro) + 1, 4))  # every 4th micro-step, and only then
-    warm = m.shape_warmup_steps + m.warmup_steps
-    assert warm % 4 == 0 and m.steps % 4 == 0 and m.steps >= 4  # 3 steps asked: one whole optimizer step
+    warm = m.shape_warmup_steps + m.warmup_steps + m.extreme_steps  # the extreme shapes: one optimizer step
+    assert (
+        m.extreme_steps == 4 and warm % 4 == 0 and m.steps % 4 == 0 and m.steps >= 4
+    )  # 3 steps asked: one whole optimizer step
     assert len(micro) == warm + m.steps and m.optimizer_steps == m.steps // 4
     timed = micro[warm:]
     tokens, positions = sum(t for t, _ in timed), sum(p for _, p in timed)

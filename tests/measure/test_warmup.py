@@ -56,17 +56,18 @@ def test_warm_up_steps_on_every_batch_shape_before_the_clock_starts(monkeypatch)
     assert len(expected) > 5  # padded batches: one shape per bucketed width, and the epoch's last batch
     assert expected <= set(warm)
     assert m.shape_warmup_steps == len(expected)  # eager: one quiet pass is enough
-    assert m.warmup_steps == 1 and len(shapes) == len(warm) + m.steps
+    # then one step on each extreme shape (the widest here is also the largest B x W), then the window
+    assert m.warmup_steps == 1 and m.extreme_steps == 1 and len(shapes) == len(warm) + m.extreme_steps + m.steps
 
 
 def test_a_compile_event_in_the_timed_window_has_it_timed_again(monkeypatch):
     """A CUDA graph recording (reduce-overhead meeting a new shape) lands in the first timed
     step: that window is dropped and another timed."""
     state = {"warm": False, "fired": 0}
-    real_warm_up = autotune.measure.loop.warm_up
+    real_run_extremes = autotune.measure.loop.run_extremes
 
-    def warm_up(*args, **kwargs):
-        result = real_warm_up(*args, **kwargs)
+    def run_extremes(*args, **kwargs):  # the last steps before the window
+        result = real_run_extremes(*args, **kwargs)
         state["warm"] = True
         return result
 
@@ -76,7 +77,7 @@ def test_a_compile_event_in_the_timed_window_has_it_timed_again(monkeypatch):
             with callback_handler.install_callbacks(CallbackTrigger.CUDAGRAPH_RECORDING, "0/0"):
                 pass
 
-    monkeypatch.setattr(autotune.measure.loop, "warm_up", warm_up)
+    monkeypatch.setattr(autotune.measure.loop, "run_extremes", run_extremes)
     spy_steps(monkeypatch, record_a_graph)
     m = measure(SPEC, PADDED)
     assert m.outcome == "ok", m.reason

@@ -54,7 +54,7 @@ def test_yaml_is_the_same_data():
 
 
 def test_unknown_format_lists_the_formats(tmp_path):
-    formats = "json, yaml, hf, hf-json, lightning, lightning-json"
+    formats = "json, yaml, hf, hf-json, lightning, lightning-json, env"
     with pytest.raises(UsageError, match=rf"unknown export format 'toml'; formats: {formats}$"):
         render(make_recipe(), "toml")
     # Each format the error lists is rendered, and `autotune export --format` offers it.

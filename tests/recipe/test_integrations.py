@@ -207,6 +207,7 @@ def test_export_lightning_json(tmp_path):
     assert json.loads(result.stdout) == {
         "trainer": {"precision": "bf16-mixed"},
         "dataloader": lightning.dataloader_kwargs(make_recipe(**TUNED)),
+        "environment": make_recipe(**TUNED).environment(),  # what to set before CUDA starts (issue 16)
     }
 
 

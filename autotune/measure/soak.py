@@ -1,0 +1,143 @@
+"""A soak run: the measuring loop's model, data and step, run long — one full epoch of the
+data's batches (every batch shape at least once) or N steps — in windows, each with its
+throughput and its own peak memory. It is what `autotune verify --soak` runs, in a fresh
+process (`trial.__main__ --soak`); the verdict is `recipe.soak`'s. This module imports torch
+(the `SoakRun` it returns is plain data)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
+
+import torch
+
+from autotune.config import IGNORE_INDEX, RunSpec, TrainConfig
+from autotune.data.batching import build_dataloader, distinct_batch_shapes
+from autotune.data.datasets import make_dataset
+from autotune.device import DeviceInfo, ProcessTreeMemory, describe
+from autotune.errors import UsageError
+from autotune.knobs.precision import fp32_precision, grad_scaler
+from autotune.knobs.support import DeviceCapabilities, check_supported
+from autotune.measure import outcomes
+from autotune.measure.cuda import session_for
+from autotune.measure.loop import _Run, measured_device
+from autotune.measure.step import endless_batches, make_optimizer, make_train_step
+
+SOAK_WINDOWS = 10  # throughput and memory are reported this many times over the run
+
+
+@dataclass
+class SoakWindow:
+    end_step: int  # steps done at its end, counted from the first soak step
+    steps: int
+    seconds: float
+    tokens_per_sec: float  # effective (non-pad) tokens over its wall time
+    peak_memory_bytes: int | None  # its own peak (the meter restarts at each window)
+
+
+@dataclass
+class SoakRun:
+    """What a soak run measured, or how it ended."""
+
+    outcome: str
+    reason: str | None = None
+    steps: int = 0
+    epoch_steps: int | None = None  # batches in one epoch of the data
+    shapes_seen: int = 0  # distinct batch shapes stepped on
+    shapes_total: int | None = None  # distinct batch shapes the sampler makes
+    peak_memory_source: str | None = None
+    windows: list[SoakWindow] = field(default_factory=list)
+    device: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SoakRun":
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["windows"] = [SoakWindow(**w) for w in known.get("windows", [])]
+        return cls(**known)
+
+
+def soak(spec: RunSpec, cfg: TrainConfig, steps: int | None, device_info: DeviceInfo | None = None) -> SoakRun:
+    """Run `cfg` for `steps` steps (None: one epoch of the data's batches) after the loop's
+    warm-up, in SOAK_WINDOWS windows. Failures come back as a SoakRun with their outcome."""
+    device = measured_device(spec.device)
+    info = device_info or describe(device)
+    session = session_for(device, info, spec.memory_limit_bytes)
+    try:
+        check_supported(cfg, DeviceCapabilities.detect(info.kind, info.capability_tuple))
+        with ProcessTreeMemory() as host:
+            return _Soak(spec, cfg, info, session, host).soak(steps)
+    except UsageError:
+        raise
+    except Exception as exc:
+        session.release()
+        return SoakRun(*outcomes.classify_exception(exc), device=info.to_dict())
+
+
+class _Soak(_Run):
+    """The measuring loop's set-up and warm-up (`measure.loop._Run`), then the long run."""
+
+    def soak(self, steps: int | None) -> SoakRun:
+        with fp32_precision(self.cfg.amp_dtype), self.events:
+            torch.manual_seed(self.spec.seed)
+            self.session.start()
+            model, seq_len = self._build_model()
+            # As in `_Run.execute`: the same optimizer, scaler, data and step.
+            optimizer = make_optimizer(model, self.device)
+            scaler = grad_scaler(self.kind, self.cfg.amp_dtype)
+            dataset = make_dataset(
+                self.spec.data, vocab_size=self.shape.vocab_size, seq_len=seq_len, seed=self.spec.seed
+            )
+            loader = build_dataloader(dataset, self.cfg, seq_len=seq_len, seed=self.spec.seed)
+            batches = endless_batches(loader)
+            step = make_train_step(
+                model,
+                optimizer,
+                scaler,
+                device=self.device,
+                device_kind=self.kind,
+                cfg=self.cfg,
+                accumulation_steps=self.accumulation,
+            )
+            shapes = distinct_batch_shapes(loader)
+            total = steps or len(loader)  # one epoch: every batch shape at least once
+            total = -(-total // self.accumulation) * self.accumulation  # whole optimizer steps
+            try:
+                self._warm_up(batches, step, loader)
+                self.peaks.meter.restart()
+                run = SoakRun(
+                    outcomes.OK,
+                    steps=total,
+                    epoch_steps=len(loader),
+                    shapes_total=len(shapes) if shapes is not None else None,
+                    device=self.info.to_dict(),
+                )
+                run.windows, seen = self._windows(batches, step, total)
+                run.shapes_seen = len(seen)
+                run.peak_memory_source = self.peaks.meter.read().source
+            finally:
+                batches.close()
+            return run
+
+    def _windows(self, batches, step, total: int) -> tuple[list[SoakWindow], set[tuple[int, int]]]:
+        bounds = sorted({round(total * (k + 1) / SOAK_WINDOWS) for k in range(SOAK_WINDOWS)} - {0})
+        windows: list[SoakWindow] = []
+        seen: set[tuple[int, int]] = set()
+        done = 0
+        for end in bounds:
+            tokens, start = 0, time.perf_counter()
+            for _ in range(end - done):
+                x, y, *documents = next(batches)
+                tokens += int((y != IGNORE_INDEX).sum())
+                seen.add(tuple(y.shape))
+                step(x, y, *documents)
+            self.session.sync()
+            seconds = time.perf_counter() - start
+            peak = self.peaks.meter.read().bytes
+            self.peaks.meter.restart()
+            windows.append(SoakWindow(end, end - done, seconds, tokens / seconds if seconds > 0 else 0.0, peak))
+            done = end
+        return windows, seen
