@@ -47,8 +47,7 @@ from autotune.errors import UsageError
 from autotune.knobs.apply import apply_model_knobs
 from autotune.knobs.precision import fp32_precision, grad_scaler
 from autotune.knobs.support import DeviceCapabilities, check_supported
-from autotune.measure import outcomes
-from autotune.measure import intervals
+from autotune.measure import intervals, outcomes
 from autotune.measure.compile_events import CompileEvents
 from autotune.measure.cuda import CudaSession, HostSession, session_for
 from autotune.measure.energy import EnergyMeter, energy_meter, joules_per_token
