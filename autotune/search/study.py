@@ -41,6 +41,7 @@ from autotune.errors import UsageError
 from autotune.knobs.support import DeviceCapabilities
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
+from autotune.search import confirm
 from autotune.search.references import BASELINE, CHECKLIST, enqueue_references
 from autotune.search.space import SearchSpace
 from autotune.search.storage import RetryStaleTrial, internals
@@ -59,6 +60,7 @@ class StudyContext:
     space: SearchSpace
     memory_limit_bytes: int
     trial_timeout_s: float
+    objective: str = confirm.DEFAULT_OBJECTIVE  # what the study maximizes (search.confirm.OBJECTIVES)
 
     @property
     def capabilities(self) -> DeviceCapabilities:
@@ -84,6 +86,7 @@ def study_attrs(ctx: StudyContext) -> dict[str, Any]:
         "seq_len": ctx.space.seq_len,
         "n_layer": ctx.space.n_layer,
         "memory_limit_bytes": ctx.memory_limit_bytes,
+        "objective": ctx.objective,
         "space": ctx.space.to_dict(),
         "space_source": ctx.space.source,
         "space_hash": ctx.space.hash,
@@ -165,11 +168,22 @@ def open_study(
     return study, False
 
 
-def check_rules(study: optuna.Study, ctx: StudyContext, *, limit_given: bool) -> StudyContext:
+def check_rules(
+    study: optuna.Study, ctx: StudyContext, *, limit_given: bool, objective_given: bool = False
+) -> StudyContext:
     """The context to resume `study` with: its own memory limit when the run sets none
-    (`limit_given` False); UsageError when the run asks for another limit, or another timed
-    window (--steps, --min-time), than every trial of the study was measured with."""
+    (`limit_given` False), its own objective likewise; UsageError when the run asks for another
+    limit or objective, or another timed window (--steps, --min-time), than every trial of the
+    study was measured with."""
     attrs = study.user_attrs
+    stored_objective = confirm.study_objective(attrs)  # a study made before objectives: tokens/s
+    if stored_objective != ctx.objective:
+        if objective_given:
+            raise UsageError(
+                f"study {study.study_name!r} maximizes {stored_objective}, this run asks for {ctx.objective}: "
+                "resume it with its objective, or start a new study (--new-study, or --study NAME)"
+            )
+        ctx = dataclasses.replace(ctx, objective=stored_objective)
     stored_limit = attrs.get("memory_limit_bytes")
     differences = []
     if isinstance(stored_limit, int) and stored_limit != ctx.memory_limit_bytes:
@@ -302,6 +316,9 @@ class StudySummary:
     checklist: FrozenTrial | None
     counts: dict[str, int] = field(default_factory=dict)
     trials: list[FrozenTrial] = field(default_factory=list)
+    # The top distinct configurations and their re-measurements (`search.confirm`): `best` is
+    # the winner among them, which is not always the best single run.
+    leaders: list[confirm.Candidate] = field(default_factory=list)
 
     def speedup(self, reference: FrozenTrial | None) -> float | None:
         if self.best is None or reference is None:
@@ -349,7 +366,9 @@ def is_feasible_ok(trial: FrozenTrial) -> bool:
 def summarize(study: optuna.Study) -> StudySummary:
     trials = study.get_trials(deepcopy=False)
     feasible = [t for t in trials if is_feasible_ok(t)]
-    best = max(feasible, key=lambda t: t.value) if feasible else None
+    leaders = confirm.study_leaders(feasible, study.user_attrs)
+    chosen = confirm.winner(leaders)
+    best = next(t for t in feasible if t.number == chosen.number) if chosen else None
     counts: dict[str, int] = {}
     for t in trials:
         outcome = t.user_attrs.get("outcome") or ("running" if t.state == TrialState.RUNNING else t.state.name.lower())
@@ -366,4 +385,4 @@ def summarize(study: optuna.Study) -> StudySummary:
         ]
         return done[0] if done else None
 
-    return StudySummary(study.study_name, best, reference(BASELINE), reference(CHECKLIST), counts, trials)
+    return StudySummary(study.study_name, best, reference(BASELINE), reference(CHECKLIST), counts, trials, leaders)
