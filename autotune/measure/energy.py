@@ -119,7 +119,7 @@ def wrapped_delta(before: int, after: int, max_range: int) -> int:
 # --- which meter ----------------------------------------------------------------------------------
 
 
-def energy_meter(kind: str, uuid: str | None = None, powercap: Path = POWERCAP) -> EnergyMeter:
+def energy_meter(kind: str, uuid: str | None = None, powercap: Path | None = None) -> EnergyMeter:
     """The energy meter of a device: NVML's for a GPU (by UUID), RAPL's for the CPU, else a
     NoEnergyMeter with the reason."""
     return nvml_meter(uuid) if kind == "cuda" else rapl_meter(powercap)
@@ -147,9 +147,10 @@ def nvml_meter(uuid: str | None) -> EnergyMeter:
     return NvmlEnergyMeter(pynvml, handle)
 
 
-def rapl_meter(powercap: Path = POWERCAP) -> EnergyMeter:
+def rapl_meter(powercap: Path | None = None) -> EnergyMeter:
     """The top-level RAPL zones (one per CPU package; their subzones, core and dram, are parts
     of them and are not added again)."""
+    powercap = powercap or POWERCAP
     if not powercap.is_dir():
         return NoEnergyMeter(f"no RAPL on this machine ({powercap} does not exist)")
     packages = sorted(p for p in powercap.glob("intel-rapl:*") if p.name.count(":") == 1)

@@ -152,6 +152,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         check_model_name(settings.model)  # a name of ours, or UsageError; imports nothing
     device_name = resolve_device(settings.device)
     device = describe(device_name)
+    objective = _objective(settings.objective, device)
     timeout = _trial_timeout(settings, device.kind)
     if settings.seq_len is not None:
         check_int("--seq-len", settings.seq_len, minimum=2)
@@ -186,7 +187,6 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         global_batch_tokens=settings.global_batch_tokens,
     )
     _check_global_batch(space, spec.global_batch_tokens)
-    objective = _objective(settings.objective, device)
     ctx = StudyContext(
         spec=spec,
         device=device,
