@@ -42,7 +42,7 @@ def measurement(
 
 
 def fake_trials(monkeypatch, *, delay_s: float = 0.0, peak: int = 10**8, calls: list | None = None) -> None:
-    """Every trial (and the confirmation run) measures at once: ok, tokens/s from the token
+    """Every trial (and the re-measurements of the leaders) measures at once: ok, tokens/s from the token
     budget (so there is a best), the given peak memory."""
 
     def run_trial(spec, cfg, **kwargs):
@@ -56,7 +56,7 @@ def fake_trials(monkeypatch, *, delay_s: float = 0.0, peak: int = 10**8, calls: 
         return TrialResult(outcome, reason, m, 0.1, {"total": 0.1})
 
     monkeypatch.setattr("autotune.search.objective.run_trial", run_trial)
-    monkeypatch.setattr("autotune.search.run.run_trial", run_trial)
+    monkeypatch.setattr("autotune.search.confirm.run_trial", run_trial)
 
 
 def files_under(path: Path) -> set[str]:
@@ -71,7 +71,7 @@ def refused(tmp_path: Path, monkeypatch, *args: str, code: int = 2) -> str:
         raise AssertionError("a refused run must not run a trial")
 
     monkeypatch.setattr("autotune.search.objective.run_trial", no_trial)
-    monkeypatch.setattr("autotune.search.run.run_trial", no_trial)
+    monkeypatch.setattr("autotune.search.confirm.run_trial", no_trial)
     before = files_under(tmp_path)
     result = CliRunner().invoke(main, list(args))
     assert result.exit_code == code, (result.exit_code, result.output, result.exception)

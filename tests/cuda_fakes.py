@@ -90,6 +90,8 @@ class FakeGpu:
     migs: list[FakeMig] | None = None  # None: MIG mode off
     others_used: int = 300 * MiB  # what the driver and other processes hold on it
     utilization: int = 97
+    power_w: float = 700.0  # what its energy counter accumulates, per second of the host's clock
+    energy_counter: bool = True  # False: NVML answers NOT_SUPPORTED (GPUs before Volta)
 
 
 @dataclass
@@ -481,7 +483,7 @@ class FakeNvmlLib:
         self._handles: dict[int, Unit] = {}
         self._structs: list[Any] = []
         self.calls: list[str] = []
-        self.energy_mj = 0
+        self.started = time.perf_counter()
 
     def __getattr__(self, name: str) -> Callable[..., int]:
         method = getattr(type(self), f"_{name}", None)
@@ -650,13 +652,15 @@ class FakeNvmlLib:
         return _SUCCESS
 
     def _nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, out: Any) -> int:
+        """Millijoules since the driver loaded (here: since the fake did), at the GPU's power.
+        A MIG instance's handle, and a GPU without the counter, answer NOT_SUPPORTED, as NVML
+        does; pynvml turns that into NVMLError_NotSupported."""
         unit = self._unit(handle)
-        if unit is None:
+        if unit is None or not isinstance(getattr(out, "_obj", None), ctypes.c_ulonglong):
             return _INVALID
-        if unit.mig is not None:
+        if unit.mig is not None or not unit.gpu.energy_counter:
             return _NOT_SUPPORTED
-        self.energy_mj += 700_000  # 700 J between two reads
-        out._obj.value = self.energy_mj
+        out._obj.value = int(unit.gpu.power_w * (time.perf_counter() - self.started) * 1000)
         return _SUCCESS
 
     def _nvmlDeviceGetMigMode(self, handle: Any, current: Any, pending: Any) -> int:

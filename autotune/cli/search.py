@@ -59,7 +59,7 @@ class _ProgressReporter:
     def confirming(self, number: int) -> None:
         with self._lock:
             self.progress.confirming(number)
-        self._print(f"confirming the best, #{number}, with one more run (the recipe reports the mean of both)")
+        self._print(f"re-measuring #{number} in a fresh process (the recipe takes the best mean of the leaders' runs)")
 
     def trial_finished(self, trial, summary) -> None:
         with self._lock:
@@ -167,6 +167,13 @@ class _ProgressReporter:
     help="Start a new study even when one of this name exists (it is named NAME-2, NAME-3, ...). A resumed "
     "study keeps its memory limit, --global-batch-tokens, --steps and --min-time; to change them, start a new one.",
 )
+@click.option(
+    "--objective",
+    type=click.Choice(["tokens_per_sec", "tokens_per_joule"]),
+    default=None,
+    help="What to maximize under the memory limit: effective tokens/s (default), or tokens per joule "
+    "(needs an energy counter: NVML on a whole GPU, RAPL on a CPU). A resumed study keeps its own.",
+)
 @click.option("--worker", is_flag=True, hidden=True)  # a child of --devices: the parent prints the summary
 @json_option
 def search(
@@ -192,6 +199,7 @@ def search(
     warm_start_from,
     devices,
     new_study,
+    objective,
     worker,
     as_json,
 ) -> None:
@@ -229,6 +237,7 @@ def search(
         warm_start_from=warm_start_from,
         new_study=new_study,
         global_batch_tokens=global_batch_tokens,
+        objective=objective,
     )
     reporter = _ProgressReporter(
         n_trials, quiet=as_json or bool(devices), timeout_s=timeout, what=f"{model} on {device}"

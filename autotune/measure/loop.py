@@ -50,9 +50,10 @@ from autotune.errors import UsageError
 from autotune.knobs.apply import apply_model_knobs
 from autotune.knobs.precision import fp32_precision, grad_scaler
 from autotune.knobs.support import DeviceCapabilities, check_supported
-from autotune.measure import outcomes
+from autotune.measure import intervals, outcomes
 from autotune.measure.compile_events import CompileEvents
 from autotune.measure.cuda import CudaSession, HostSession, session_for
+from autotune.measure.energy import EnergyMeter, energy_meter, joules_per_token
 from autotune.measure.extremes import Extremes, extreme_shapes, run_extremes
 from autotune.measure.flops import flops_per_token, model_flops_utilization
 from autotune.measure.measurement import Measurement
@@ -111,6 +112,7 @@ class _Run:
         self.kind = info.kind
         self.phase: dict[str, float] = {}
         self.events = CompileEvents()
+        self.energy: EnergyMeter = energy_meter(info.kind, info.uuid)
         # Micro-batches per optimizer step; a token budget that does not divide the global
         # batch is UnsupportedConfig before anything is built.
         self.accumulation = spec.accumulation_steps(cfg)
@@ -218,6 +220,7 @@ class _Run:
         events_before = self.events.total
         with self.session.sampler() as sampler:
             self.session.sync()
+            energy_start = self.energy.start()  # after the synchronize: the window's work only
             start = time.perf_counter()
             clock.mark()
             while (
@@ -239,6 +242,7 @@ class _Run:
                 clock.mark()
             self.session.sync()
             window.wall_s = time.perf_counter() - start
+            window.energy_j = self.energy.joules_since(energy_start)
         window.step_times = clock.durations()
         window.recompiles = self.events.total - events_before
         window.gpu_utilization = sampler.mean_utilization
@@ -259,6 +263,9 @@ class _Run:
         worst = self.peaks.worst()  # over warm-up, the extreme shapes and the window
         peak, source = worst.bytes, worst.source
         compile_time = warm.compile_time(median) if self.cfg.compile_mode != "none" else 0.0
+        interval = intervals.rate_interval(
+            tokens_per_sec, window.step_times, window.work_per_step, accumulation=self.accumulation
+        )
         outcome, reason = outcomes.decide_measured(peak, self.spec.memory_limit_bytes, final_loss=window.final_loss)
 
         def mfu(width: float) -> float | None:
@@ -276,7 +283,9 @@ class _Run:
             outcome=outcome,
             reason=reason,
             tokens_per_sec=tokens_per_sec,
+            tokens_per_sec_ci95=list(interval) if interval else None,
             padded_tokens_per_sec=window.positions / window.wall_s,
+            padded_tokens_per_sec_ci95=intervals.scaled(interval, window.positions / max(window.tokens, 1)),
             padding_fraction=1.0 - window.tokens / window.positions,
             step_time_median_s=median,
             step_time_cv=window.cv,
@@ -296,6 +305,10 @@ class _Run:
             # on a CPU the tree is the device (restarted per phase): its worst case is `peak`
             host_peak_memory_bytes=self.host.peak_bytes if self.kind == "cuda" else peak,
             gpu_utilization=window.gpu_utilization,
+            energy_joules=window.energy_j,
+            joules_per_token=joules_per_token(window.energy_j, window.tokens),
+            energy_source=self.energy.source,
+            energy_note=self.energy.note,
             unstable=window.cv > CV_TARGET,
             steps=len(window.step_times),
             accumulation_steps=self.accumulation,
@@ -332,6 +345,7 @@ class _Window:
     retimed: int = 0  # windows dropped before this one for a compile event in them
     gpu_utilization: float | None = None
     final_loss: float | None = None
+    energy_j: float | None = None  # joules over the window; None without an energy counter
 
     work_per_step: list[float] = field(default_factory=list)  # modelled FLOPs of each step (see cv)
     accumulation: int = 1  # micro-steps per optimizer step; the window starts at a boundary
@@ -369,5 +383,6 @@ class _Window:
             retimed=self.retimed + other.retimed,
             gpu_utilization=statistics.fmean(util) if util else None,
             final_loss=other.final_loss,
+            energy_j=None if self.energy_j is None or other.energy_j is None else self.energy_j + other.energy_j,
             accumulation=self.accumulation,  # both windows hold whole optimizer steps
         )

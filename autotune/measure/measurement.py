@@ -15,7 +15,11 @@ class Measurement:
     outcome: str
     reason: str | None = None
     tokens_per_sec: float | None = None  # effective: non-pad tokens / wall time
+    # 95 % interval [low, high] of tokens_per_sec from the step times (`measure.intervals`);
+    # null when the window has too few effective samples
+    tokens_per_sec_ci95: list[float] | None = None
     padded_tokens_per_sec: float | None = None  # every position computed, pads included
+    padded_tokens_per_sec_ci95: list[float] | None = None
     padding_fraction: float | None = None
     step_time_median_s: float | None = None  # of one (micro-)step: one token-budget batch's forward and backward
     step_time_cv: float | None = None
@@ -42,6 +46,12 @@ class Measurement:
     # children), sampled: on CPU it is peak_memory_bytes; on CUDA it is reported beside it.
     host_peak_memory_bytes: int | None = None
     gpu_utilization: float | None = None  # mean NVML utilization over the timed steps, 0..1
+    # Energy of the timed window (`measure.energy`): joules per effective token, from NVML's
+    # counter on CUDA or RAPL on a CPU; null with energy_note saying why where neither is read
+    energy_joules: float | None = None
+    joules_per_token: float | None = None
+    energy_source: str | None = None  # nvml-device, rapl-package: whole-device counters
+    energy_note: str | None = None
     unstable: bool = False
     steps: int = 0  # timed steps: micro-steps, under gradient accumulation
     accumulation_steps: int = 1  # micro-steps per optimizer step
@@ -59,6 +69,10 @@ class Measurement:
     @property
     def measured_rate(self) -> bool:
         return self.tokens_per_sec is not None
+
+    @property
+    def tokens_per_joule(self) -> float | None:
+        return 1.0 / self.joules_per_token if self.joules_per_token else None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -20,12 +20,13 @@ from autotune.present.importance import TOP_IMPORTANCES, Importance, knob_import
 from autotune.present.text import (
     counts_text,
     device_memory_text,
+    energy_text,
     flag_unstable,
     format_pct,
-    format_rate,
     format_ratio,
     markdown_table,
     memory_text,
+    rate_with_interval,
     table,
     value_text,
 )
@@ -230,9 +231,22 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
         "effective tokens/s",
         (
             flag_unstable(
-                format_rate(tokens_per_sec(v.summary.best)), bool(v.best_measurement and v.best_measurement.unstable)
+                rate_with_interval(
+                    tokens_per_sec(v.summary.best),
+                    v.best_measurement.tokens_per_sec_ci95 if v.best_measurement else None,
+                ),
+                bool(v.best_measurement and v.best_measurement.unstable),
             )
             if v.summary.best
+            else "n/a"
+            for v in views
+        ),
+    )
+    row(
+        "energy",
+        (
+            energy_text(v.best_measurement.joules_per_token, v.best_measurement.energy_note)
+            if v.best_measurement
             else "n/a"
             for v in views
         ),
@@ -324,6 +338,9 @@ def _view_dict(v: StudyView) -> dict[str, Any]:
             "trial": best.number,
             "config": normalize_config_dict(v.best_config),
             "tokens_per_sec": tokens_per_sec(best),
+            "tokens_per_sec_ci95": m.tokens_per_sec_ci95 if m else None,
+            "joules_per_token": m.joules_per_token if m else None,
+            "energy_note": m.energy_note if m else None,
             "mfu": m.mfu if m else None,
             "peak_memory_bytes": m.peak_memory_bytes if m else None,
         },

@@ -55,7 +55,7 @@ class SearchProgress:
 
     def confirming(self, number: int) -> None:
         self.running = None
-        self.phase = f"confirming the best, #{number}, with one more run"
+        self.phase = f"re-measuring #{number} in a fresh process"
 
     # --- figures ----------------------------------------------------------------------------
 

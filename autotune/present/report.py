@@ -32,6 +32,7 @@ from autotune.present.importance import Importance, knob_importance
 from autotune.present.text import (
     config_summary,
     counts_text,
+    energy_text,
     flag_unstable,
     format_bytes,
     format_pct,
@@ -39,6 +40,7 @@ from autotune.present.text import (
     format_ratio,
     markdown_table,
     memory_text,
+    rate_with_interval,
     value_text,
 )
 from autotune.search.study import StudySummary, is_feasible_ok, summarize, tokens_per_sec, trial_measurement
@@ -427,7 +429,11 @@ def _measurement_rows(summary: StudySummary, limit: int | None) -> list[list[str
     if m is None:
         return [["effective tokens/s", format_rate(tokens_per_sec(best))]]
     return [
-        ["effective tokens/s", flag_unstable(format_rate(tokens_per_sec(best)), m.unstable)],
+        [
+            "effective tokens/s",
+            flag_unstable(rate_with_interval(tokens_per_sec(best), m.tokens_per_sec_ci95), m.unstable),
+        ],
+        ["energy", energy_text(m.joules_per_token, m.energy_note, m.energy_source)],
         ["padding", format_pct(m.padding_fraction)],
         ["step time (median)", f"{1000 * m.step_time_median_s:.1f} ms" if m.step_time_median_s else "n/a"],
         ["step time CV", format_pct(m.step_time_cv) + (" (unstable: verify the recipe)" if m.unstable else "")],

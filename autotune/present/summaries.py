@@ -11,11 +11,13 @@ from autotune.measure.measurement import Measurement
 from autotune.present.text import (
     config_summary,
     counts_text,
+    energy_text,
     flag_unstable,
     format_bytes,
     format_pct,
     format_rate,
     format_ratio,
+    rate_with_interval,
     table,
 )
 from autotune.search.storage import default_storage_url, redact
@@ -35,8 +37,8 @@ def format_measurement(m: Measurement) -> str:
     rows = [
         (
             "effective tokens/s",
-            f"{flag_unstable(format_rate(m.tokens_per_sec), m.unstable)}  (non-pad tokens / wall time, data waits "
-            "included)",
+            f"{flag_unstable(rate_with_interval(m.tokens_per_sec, m.tokens_per_sec_ci95), m.unstable)}  (non-pad "
+            "tokens / wall time, data waits included)",
         ),
         ("padded tokens/s", f"{format_rate(m.padded_tokens_per_sec)}  (padding {format_pct(m.padding_fraction)})"),
         (
@@ -58,6 +60,7 @@ def format_measurement(m: Measurement) -> str:
             + (f", allocator peak {format_bytes(m.allocator_peak_bytes)}" if m.allocator_peak_bytes else ""),
         ),
         ("GPU utilization", format_pct(m.gpu_utilization) if m.gpu_utilization is not None else "n/a"),
+        ("energy", energy_text(m.joules_per_token, m.energy_note, m.energy_source)),
     ]
     if m.global_batch_tokens is not None:
         rows.append(
@@ -127,7 +130,8 @@ def best_table(summary) -> str:
     m = trial_measurement(best) or Measurement.failed({}, outcomes.OK, None)
     rows = [(k, v if not isinstance(v, list) else ",".join(map(str, v)) or "-") for k, v in _trial_cfg(best).items()]
     rows += [
-        ("effective tokens/s", flag_unstable(format_rate(m.tokens_per_sec), m.unstable)),
+        ("effective tokens/s", flag_unstable(rate_with_interval(m.tokens_per_sec, m.tokens_per_sec_ci95), m.unstable)),
+        ("energy", energy_text(m.joules_per_token, m.energy_note, m.energy_source)),
         ("padding", format_pct(m.padding_fraction)),
         ("step time CV", format_pct(m.step_time_cv) + ("  UNSTABLE: verify the recipe" if m.unstable else "")),
         ("MFU", format_pct(m.mfu)),
@@ -135,7 +139,23 @@ def best_table(summary) -> str:
         ("speedup vs baseline", format_ratio(summary.speedup(summary.baseline))),
         ("speedup vs checklist", format_ratio(summary.speedup(summary.checklist))),
     ]
+    rows += _leader_rows(summary)
     return table(("best: trial #" + str(best.number), ""), rows)
+
+
+def _leader_rows(summary) -> list[tuple[str, str]]:
+    """When the leaders were re-measured together: each one's runs and mean (the best mean won)."""
+    remeasured = [c for c in summary.leaders if c.remeasured]
+    if len(remeasured) < 2:
+        return []
+    return [
+        (
+            f"re-measured #{c.number}",
+            f"mean {format_rate(c.mean)} over {'/'.join(format_rate(v) for v in c.values)}"
+            + ("  <- best mean" if c.number == summary.best.number else ""),
+        )
+        for c in remeasured
+    ]
 
 
 def search_summary(result) -> str:
@@ -177,6 +197,8 @@ def _trial_json(trial) -> dict[str, Any]:
         "reference": a.get("reference"),
         "config": a.get("config"),
         "tokens_per_sec": a.get("tokens_per_sec"),
+        "tokens_per_sec_ci95": a.get("tokens_per_sec_ci95"),
+        "joules_per_token": a.get("joules_per_token"),
         "peak_memory_bytes": a.get("peak_memory_bytes"),
         "unstable": trial_unstable(trial),
         "constraints": trial.constraints or None,
@@ -197,6 +219,16 @@ def summary_json(result) -> dict[str, Any]:
         "checklist": _trial_json(s.checklist) if s.checklist else None,
         "speedup_vs_baseline": s.speedup(s.baseline),
         "speedup_vs_checklist": s.speedup(s.checklist),
+        "leaders": [
+            {
+                "trial": c.number,
+                "interval": c.interval,
+                "remeasured": c.remeasured,
+                "runs": list(c.values),
+                "mean": c.mean,
+            }
+            for c in s.leaders
+        ],
         "recipe": str(result.recipe_path) if result.recipe_path else None,
         "n_trials": len(s.trials),
     }

@@ -14,6 +14,8 @@ __all__ = [
     "format_bytes",
     "format_pct",
     "format_rate",
+    "rate_with_interval",
+    "energy_text",
     "format_ratio",
     "flag_unstable",
     "markdown_table",
@@ -26,6 +28,22 @@ __all__ = [
 def format_rate(value: float | None) -> str:
     """Tokens/s: 12,345 (no decimals: the spread is larger than a token)."""
     return "n/a" if value is None else f"{value:,.0f}"
+
+
+def rate_with_interval(value: float | None, interval: Sequence[float] | None) -> str:
+    """Tokens/s with its 95 % interval: "12,345 (95%: 12,100-12,600)"; the rate alone when the
+    run had too few independent steps for an interval."""
+    if value is None or not interval:
+        return format_rate(value)
+    return f"{format_rate(value)} (95%: {format_rate(interval[0])}-{format_rate(interval[1])})"
+
+
+def energy_text(joules_per_token: float | None, note: str | None = None, source: str | None = None) -> str:
+    """ "2.41 mJ/token (415 tokens/J, nvml-device)", or n/a with the reason."""
+    if joules_per_token is None:
+        return f"n/a ({note})" if note else "n/a"
+    where = f", {source}" if source else ""
+    return f"{1000 * joules_per_token:.3g} mJ/token ({1 / joules_per_token:,.0f} tokens/J{where})"
 
 
 def flag_unstable(text: str, unstable: bool | None) -> str:

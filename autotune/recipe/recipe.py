@@ -12,7 +12,10 @@ Format `autotune.recipe` version 1 (JSON; YAML is accepted on load, safe loader 
     measured                   tokens_per_sec, padded_tokens_per_sec, padding_fraction,
                                step_time_median_s, step_time_cv, mfu, peak_memory_bytes,
                                peak_memory_source, memory_limit_bytes, data_wait_fraction,
-                               compile_time_s, gpu_utilization, unstable
+                               compile_time_s, gpu_utilization, unstable; tokens_per_sec_ci95
+                               (95 % interval), joules_per_token, energy_source, energy_note
+                               (why there is no energy figure), objective, leaders (the
+                               re-measured configurations the winner was chosen among)
     reference_speedups         {"baseline": x, "checklist": y} (best over each reference trial)
     hardware                   the DeviceInfo of the device it was measured on
     software                   torch, optuna, autotune, python versions
@@ -405,6 +408,10 @@ def _text(value: Any) -> bool:
     return value is None or isinstance(value, str)
 
 
+def _interval(value: Any) -> bool:
+    return value is None or (_numbers(value) and len(value) == 2 and value[0] <= value[1])
+
+
 def _numbers(value: Any) -> bool:
     return isinstance(value, list) and len(value) <= 1000 and all(_number(v) and v is not None for v in value)
 
@@ -436,6 +443,13 @@ _MEASURED_FIELDS: dict[str, Callable[[Any], bool]] = {
     "gpu_utilization": _number,
     "memory_limit_bytes": _count,
     "tokens_per_sec_runs": _numbers,
+    "tokens_per_sec_ci95": _interval,
+    "padded_tokens_per_sec_ci95": _interval,
+    "energy_joules": _number,
+    "joules_per_token": _number,
+    "energy_source": _text,
+    "energy_note": _text,
+    "objective": _text,
 }
 _STUDY_FIELDS: dict[str, Callable[[Any], bool]] = {"name": _text, "storage": _text, "trial": _count}
 _EXPECTED = {
@@ -443,6 +457,7 @@ _EXPECTED = {
     _count: "a whole number >= 0 or null",
     _text: "text or null",
     _numbers: "a list of numbers",
+    _interval: "[low, high] or null",
 }
 
 
@@ -521,6 +536,12 @@ RECIPE_FIGURES = (
     "gpu_utilization",
     "host_peak_memory_bytes",
     "unstable",  # step times varied above the CV target: the figures are less sure; verify them
+    "tokens_per_sec_ci95",
+    "padded_tokens_per_sec_ci95",
+    "energy_joules",
+    "joules_per_token",
+    "energy_source",
+    "energy_note",
 )
 
 

@@ -13,13 +13,9 @@ from autotune.device.info import software_versions
 from autotune.errors import UsageError
 from autotune.measure import outcomes
 from autotune.recipe.recipe import Recipe, now_iso, recipe_measured
+from autotune.search.confirm import confirmation_key, study_objective
 from autotune.search.storage import redact
 from autotune.search.study import StudySummary, summarize, trial_measurement
-
-
-def confirmation_key(trial_number: int) -> str:
-    """The study attr holding the confirmation run of this trial."""
-    return f"confirmation:{trial_number}"
 
 
 def recipe_from_trial(
@@ -28,11 +24,24 @@ def recipe_from_trial(
     trial = trial or summary.best
     m = trial_measurement(trial)
     measured = recipe_measured(m, study_attrs.get("memory_limit_bytes"), study_attrs.get("memory_headroom"))
+    measured["objective"] = study_objective(study_attrs)
     confirmation = study_attrs.get(confirmation_key(trial.number)) or {}
     if confirmation.get("outcome") == outcomes.OK and confirmation.get("tokens_per_sec") and m and m.tokens_per_sec:
         runs = [m.tokens_per_sec, confirmation["tokens_per_sec"]]
         measured["tokens_per_sec"] = sum(runs) / len(runs)
-        measured["tokens_per_sec_runs"] = runs  # the trial, then its confirmation run
+        measured["tokens_per_sec_runs"] = runs  # the trial, then its re-measurement
+        # The interval of the mean, from the two runs' intervals: their ends averaged. Wider
+        # than the mean's own would be for independent runs (by up to sqrt 2): on the safe side.
+        intervals = [i for i in (m.tokens_per_sec_ci95, confirmation.get("tokens_per_sec_ci95")) if i]
+        measured["tokens_per_sec_ci95"] = (
+            [sum(i[0] for i in intervals) / 2, sum(i[1] for i in intervals) / 2] if len(intervals) == 2 else None
+        )
+        energies = [e for e in (m.joules_per_token, confirmation.get("joules_per_token")) if e is not None]
+        if len(energies) == 2:
+            measured["joules_per_token"] = sum(energies) / 2
+    leaders = [c for c in summary.leaders if c.remeasured]
+    if len(leaders) > 1:  # the winner was chosen among several: say among which, and by what
+        measured["leaders"] = [{"trial": c.number, "runs": list(c.values), "mean": c.mean} for c in leaders]
     return Recipe(
         config=TrainConfig.from_dict(trial.user_attrs["config"]),
         model={**(m.model if m else {}), "name": study_attrs.get("model")},

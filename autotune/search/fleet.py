@@ -157,6 +157,8 @@ def worker_command(
         cmd += ["--seq-len", str(settings.seq_len)]
     if settings.global_batch_tokens is not None:
         cmd += ["--global-batch-tokens", str(settings.global_batch_tokens)]
+    if settings.objective is not None:
+        cmd += ["--objective", settings.objective]
     if settings.timeout_s is not None:
         cmd += ["--timeout", f"{settings.timeout_s:g}s"]
     if settings.recipe:

@@ -16,6 +16,7 @@ from autotune.errors import UnsupportedConfig
 from autotune.knobs.support import check_supported
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
+from autotune.search.confirm import objective_value
 from autotune.search.references import reference_config
 from autotune.search.sampling import suggest
 from autotune.search.study import StudyContext
@@ -117,6 +118,8 @@ class Objective:
         if m:
             trial.set_user_attr("measurement", m.to_dict())
             trial.set_user_attr("tokens_per_sec", m.tokens_per_sec)
+            trial.set_user_attr("tokens_per_sec_ci95", m.tokens_per_sec_ci95)
+            trial.set_user_attr("joules_per_token", m.joules_per_token)
             trial.set_user_attr("peak_memory_bytes", m.peak_memory_bytes)
         if result.phase_s:
             trial.set_user_attr("phase_s", result.phase_s)
@@ -126,7 +129,10 @@ class Objective:
         if how is outcomes.Recording.MEASURED:
             peak = result.peak_memory_bytes
             trial.set_constraint("memory", outcomes.memory_constraint(peak, limit, self.ctx.memory_headroom))
-            return float(result.tokens_per_sec)
+            value = objective_value(m.to_dict(), self.ctx.objective)
+            if value is None:  # tokens_per_joule, and this run read no energy (energy_note says why)
+                raise TrialFailed(f"no {self.ctx.objective} figure: {m.energy_note or 'no energy reading'}")
+            return float(value)
         if how is outcomes.Recording.INFEASIBLE:
             trial.set_constraint("memory", 1.0)
             return 0.0

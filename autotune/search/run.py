@@ -28,7 +28,8 @@ from autotune.device import DeviceInfo, describe, resolve_device, total_host_mem
 from autotune.device.disk import check_writable
 from autotune.errors import AutotuneError, UsageError
 from autotune.measure import outcomes
-from autotune.search.best import confirmation_key, write_recipe
+from autotune.search.best import write_recipe
+from autotune.search.confirm import DEFAULT_OBJECTIVE, OBJECTIVES, confirm_leaders
 from autotune.search.objective import Objective, TrialFailed
 from autotune.search.space_file import default_space_path, load_space
 from autotune.search.storage import (
@@ -53,7 +54,6 @@ from autotune.search.study import (
     summarize,
 )
 from autotune.trial._proc import exit_code_for, process_alive, stop_signal_of
-from autotune.trial.runner import run_trial
 from autotune.units import MIN_MEMORY_SIZE, check_memory_fraction, format_bytes
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,8 @@ class SearchSettings:
     # Positions per optimizer step every trial reaches by gradient accumulation (None: the
     # token budget); a resumed study keeps its own, and refuses another.
     global_batch_tokens: int | None = None
+    # What the study maximizes (search.confirm.OBJECTIVES); None: a resumed study's own, else tokens/s.
+    objective: str | None = None
 
     @property
     def limit_given(self) -> bool:
@@ -165,6 +167,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         check_model_name(settings.model)  # a name of ours, or UsageError; imports nothing
     device_name = resolve_device(settings.device)
     device = describe(device_name)
+    objective = _objective(settings.objective, device)
     timeout = _trial_timeout(settings, device.kind)
     if settings.seq_len is not None:
         check_int("--seq-len", settings.seq_len, minimum=2)
@@ -206,6 +209,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         memory_limit_bytes=spec.memory_limit_bytes,
         trial_timeout_s=timeout,
         memory_headroom=memory_headroom(settings),
+        objective=objective,
     )
     name = (
         check_study_name(settings.study)
@@ -222,6 +226,23 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     # Each trial's request, result and stderr go to a temporary folder.
     check_writable(Path(tempfile.gettempdir()) / "autotune-trial-check", what="temporary folder for trials")
     return ctx, name, url
+
+
+def _objective(objective: str | None, device: DeviceInfo) -> str:
+    """The study's objective; tokens_per_joule only where this device has an energy counter."""
+    if objective is None:
+        return DEFAULT_OBJECTIVE
+    if objective not in OBJECTIVES:
+        raise UsageError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if objective == "tokens_per_joule":
+        from autotune.measure.energy import energy_meter
+
+        meter = energy_meter(device.kind, device.uuid)
+        if not meter.available:
+            raise UsageError(
+                f"--objective tokens_per_joule needs an energy counter, and {device.name} has none: {meter.note}"
+            )
+    return objective
 
 
 def _check_global_batch(space, global_batch_tokens: int | None) -> None:
@@ -310,7 +331,11 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
     study, is_new = open_study(name, storage, ctx, seed=settings.seed, on_create=warm.enqueue if warm else None)
     if not is_new:
         ctx = check_rules(
-            study, ctx, limit_given=settings.limit_given, headroom_given=settings.memory_headroom is not None
+            study,
+            ctx,
+            limit_given=settings.limit_given,
+            headroom_given=settings.memory_headroom is not None,
+            objective_given=settings.objective is not None,
         )
         if warm is not None:
             log.warning(
@@ -348,7 +373,7 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
             callbacks=[after_trial],
             gc_after_trial=False,
         )
-        confirm_best(study, ctx, reporter)
+        confirm_leaders(study, summarize(study).leaders, ctx, reporter)
     except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
         stop = exc
     except sqlalchemy.exc.SQLAlchemyError as exc:  # a database that filled up or went away mid-study
@@ -370,28 +395,6 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     if stop is not None:
         raise SearchInterrupted(result, stop_signal_of(stop))
     return result
-
-
-def confirm_best(study: optuna.Study, ctx: StudyContext, reporter: Reporter | None = None) -> None:
-    """The best of many noisy trials is biased upward (the winner's curse): measure it once
-    more, in a fresh process, before it becomes a recipe; the recipe reports the mean of
-    both runs. Kept as a study attr, so a resumed study does not confirm the same trial twice."""
-    best = summarize(study).best
-    if best is None or confirmation_key(best.number) in study.user_attrs:
-        return
-    if reporter is not None:
-        reporter.confirming(best.number)
-    result = run_trial(
-        ctx.spec, TrainConfig.from_dict(best.user_attrs["config"]), timeout_s=ctx.trial_timeout_s, device=ctx.device
-    )
-    study.set_user_attr(
-        confirmation_key(best.number),
-        {
-            "outcome": result.outcome,
-            "tokens_per_sec": result.tokens_per_sec,
-            "peak_memory_bytes": result.peak_memory_bytes,
-        },
-    )
 
 
 SQLITE_WORKERS_WARNING = (

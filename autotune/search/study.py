@@ -41,6 +41,7 @@ from autotune.errors import UsageError
 from autotune.knobs.support import DeviceCapabilities
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
+from autotune.search import confirm
 from autotune.search.references import BASELINE, CHECKLIST, enqueue_references
 from autotune.search.space import SearchSpace
 from autotune.search.storage import RetryStaleTrial, internals
@@ -61,6 +62,7 @@ class StudyContext:
     trial_timeout_s: float
     # Feasible only with a worst-case peak <= limit x (1 - headroom) (outcomes.memory_constraint)
     memory_headroom: float = outcomes.DEFAULT_MEMORY_HEADROOM
+    objective: str = confirm.DEFAULT_OBJECTIVE  # what the study maximizes (search.confirm.OBJECTIVES)
 
     @property
     def capabilities(self) -> DeviceCapabilities:
@@ -87,6 +89,7 @@ def study_attrs(ctx: StudyContext) -> dict[str, Any]:
         "n_layer": ctx.space.n_layer,
         "memory_limit_bytes": ctx.memory_limit_bytes,
         "memory_headroom": ctx.memory_headroom,
+        "objective": ctx.objective,
         "space": ctx.space.to_dict(),
         "space_source": ctx.space.source,
         "space_hash": ctx.space.hash,
@@ -169,13 +172,26 @@ def open_study(
 
 
 def check_rules(
-    study: optuna.Study, ctx: StudyContext, *, limit_given: bool, headroom_given: bool = False
+    study: optuna.Study,
+    ctx: StudyContext,
+    *,
+    limit_given: bool,
+    headroom_given: bool = False,
+    objective_given: bool = False,
 ) -> StudyContext:
-    """The context to resume `study` with: its own memory limit and headroom when the run sets
-    none (`limit_given`, `headroom_given` False); UsageError when the run asks for another
-    limit or headroom, or another timed window (--steps, --min-time), than every trial of the
-    study was judged with."""
+    """The context to resume `study` with: its own memory limit, headroom and objective when the
+    run sets none (`limit_given`, `headroom_given`, `objective_given` False); UsageError when the
+    run asks for another limit, headroom or objective, or another timed window (--steps,
+    --min-time), than every trial of the study was judged with."""
     attrs = study.user_attrs
+    stored_objective = confirm.study_objective(attrs)  # a study made before objectives: tokens/s
+    if stored_objective != ctx.objective:
+        if objective_given:
+            raise UsageError(
+                f"study {study.study_name!r} maximizes {stored_objective}, this run asks for {ctx.objective}: "
+                "resume it with its objective, or start a new study (--new-study, or --study NAME)"
+            )
+        ctx = dataclasses.replace(ctx, objective=stored_objective)
     stored_limit = attrs.get("memory_limit_bytes")
     differences = []
     if isinstance(stored_limit, int) and stored_limit != ctx.memory_limit_bytes:
@@ -316,6 +332,9 @@ class StudySummary:
     checklist: FrozenTrial | None
     counts: dict[str, int] = field(default_factory=dict)
     trials: list[FrozenTrial] = field(default_factory=list)
+    # The top distinct configurations and their re-measurements (`search.confirm`): `best` is
+    # the winner among them, which is not always the best single run.
+    leaders: list[confirm.Candidate] = field(default_factory=list)
 
     def speedup(self, reference: FrozenTrial | None) -> float | None:
         if self.best is None or reference is None:
@@ -363,7 +382,9 @@ def is_feasible_ok(trial: FrozenTrial) -> bool:
 def summarize(study: optuna.Study) -> StudySummary:
     trials = study.get_trials(deepcopy=False)
     feasible = [t for t in trials if is_feasible_ok(t)]
-    best = max(feasible, key=lambda t: t.value) if feasible else None
+    leaders = confirm.study_leaders(feasible, study.user_attrs)
+    chosen = confirm.winner(leaders)
+    best = next(t for t in feasible if t.number == chosen.number) if chosen else None
     counts: dict[str, int] = {}
     for t in trials:
         outcome = t.user_attrs.get("outcome") or ("running" if t.state == TrialState.RUNNING else t.state.name.lower())
@@ -380,4 +401,4 @@ def summarize(study: optuna.Study) -> StudySummary:
         ]
         return done[0] if done else None
 
-    return StudySummary(study.study_name, best, reference(BASELINE), reference(CHECKLIST), counts, trials)
+    return StudySummary(study.study_name, best, reference(BASELINE), reference(CHECKLIST), counts, trials, leaders)

@@ -25,6 +25,10 @@ JSON_KEYS = {
     "mfu",
     "peak_memory_bytes",
     "gpu_utilization",
+    "tokens_per_sec_ci95",
+    "joules_per_token",
+    "energy_source",
+    "energy_note",
     "device",
 }
 
@@ -44,6 +48,10 @@ def test_python_m_autotune_bench_json():
     assert 0 <= data["padding_fraction"] < 1 and data["step_time_median_s"] > 0
     assert data["mfu"] is None and data["gpu_utilization"] is None and data["peak_memory_bytes"] > 0
     assert data["device"]["kind"] == "cpu" and data["steps"] >= 4
+    ci = data["tokens_per_sec_ci95"]  # null when the window has too few independent steps
+    assert ci is None or ci[0] <= data["tokens_per_sec"] <= ci[1]
+    # Energy per token where RAPL is readable, else null with the reason (this machine has none).
+    assert (data["joules_per_token"] is None) == bool(data["energy_note"])
     assert data["config"] == {
         "num_workers": 0,
         "prefetch_factor": None,

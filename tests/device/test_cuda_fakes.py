@@ -5,6 +5,7 @@ CPU suite passes is then one that does not misuse the API."""
 from __future__ import annotations
 
 import inspect
+import time
 
 import pynvml
 import pytest
@@ -123,4 +124,9 @@ def test_nvml_goes_through_the_real_pynvml_wrappers_and_refuses_bad_handles(monk
         pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(mig)]
         assert pids and all(pid >= HOST_PID_OFFSET for pid in pids)
         first = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-        assert pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) > first  # a counter, in mJ
+        time.sleep(0.01)
+        assert pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) - first >= 7_000  # a counter, in mJ: 700 W x 10 ms
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetTotalEnergyConsumption(mig)  # a MIG instance has no counter of its own
+        with pytest.raises(pynvml.NVMLError_InvalidArgument):
+            pynvml.nvmlDeviceGetTotalEnergyConsumption(pynvml.c_nvmlDevice_t())  # a NULL handle

@@ -83,7 +83,16 @@ def test_compare_json_and_markdown(studies):
         "n_trials",
     ):
         assert key in a
-    assert set(a["best"]) == {"trial", "config", "tokens_per_sec", "mfu", "peak_memory_bytes"}
+    assert set(a["best"]) == {
+        "trial",
+        "config",
+        "tokens_per_sec",
+        "tokens_per_sec_ci95",
+        "joules_per_token",
+        "energy_note",
+        "mfu",
+        "peak_memory_bytes",
+    }
     assert a["speedup_vs_baseline"] > 0 and a["counts"]
     assert set(data["knobs"]) == {"all", "differ"}
     assert {(c["source"], c["target"]) for c in data["cross"]} == {("a", "b"), ("b", "a")}

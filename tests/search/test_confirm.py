@@ -1,0 +1,94 @@
+"""The winner of a study (`search.confirm`): which leaders are re-measured, in fresh processes,
+and the best mean becoming the study's best and its recipe."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import TrialState, create_trial
+
+from autotune.config import TrainConfig
+from autotune.measure.measurement import Measurement
+from autotune.search.best import recipe_from_trial
+from autotune.search.confirm import Candidate, confirm_leaders, confirmation_key, leaders, to_remeasure, winner
+from autotune.search.study import summarize
+from autotune.trial.runner import TrialResult
+from tests.helpers import tiny_context
+
+LIMIT = 2 * 1024**3
+
+
+def add(study: optuna.Study, budget: int, rate: float, ci: list[float] | None, joules: float | None = None) -> None:
+    config = TrainConfig(token_budget=budget).to_dict()
+    m = Measurement(config=config, outcome="ok", tokens_per_sec=rate, tokens_per_sec_ci95=ci, peak_memory_bytes=10**8)
+    m.joules_per_token = joules
+    attrs = {"config": config, "outcome": "ok", "measurement": m.to_dict(), "tokens_per_sec": rate}
+    study.add_trial(create_trial(state=TrialState.COMPLETE, value=rate, constraints={"memory": -0.5}, user_attrs=attrs))
+
+
+def study_of(*trials: tuple[int, float, list[float] | None]) -> optuna.Study:
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("memory_limit_bytes", LIMIT)
+    study.set_user_attr("model", "gpt2-tiny")
+    for budget, rate, ci in trials:
+        add(study, budget, rate, ci)
+    return study
+
+
+def fake_runs(monkeypatch, rates: dict[int, float]) -> list[int]:
+    """Re-measurements in 'fresh processes': each budget measures the rate given for it."""
+    calls: list[int] = []
+
+    def run_trial(spec, cfg, **kwargs):
+        calls.append(cfg.token_budget)
+        m = Measurement(config=cfg.to_dict(), outcome="ok", tokens_per_sec=rates[cfg.token_budget])
+        return TrialResult("ok", None, m)
+
+    monkeypatch.setattr("autotune.search.confirm.run_trial", run_trial)
+    return calls
+
+
+def test_overlapping_leaders_are_all_remeasured_and_the_best_mean_wins(monkeypatch):
+    """#0 ran highest, but #1 and #2 are within its interval: the three are measured again,
+    and #1 has the best mean (1000 + 1080) / 2: it is the study's best and its recipe."""
+    study = study_of(
+        (256, 1050.0, [1000.0, 1100.0]),
+        (512, 1000.0, [950.0, 1050.0]),
+        (1024, 990.0, [940.0, 1040.0]),
+        (2048, 500.0, [480.0, 520.0]),  # not a leader
+    )
+    calls = fake_runs(monkeypatch, {256: 960.0, 512: 1080.0, 1024: 1000.0})
+    assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [0, 1, 2]
+    assert calls == [256, 512, 1024]
+    summary = summarize(study)
+    assert summary.best.number == 1
+    recipe = recipe_from_trial(summary, study.user_attrs, study.study_name, "sqlite:///x.db")
+    assert recipe.config.token_budget == 512 and recipe.measured["tokens_per_sec"] == 1040.0
+    assert recipe.measured["tokens_per_sec_runs"] == [1000.0, 1080.0]
+    # Run again (a resumed study): nothing is measured twice.
+    assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [] and len(calls) == 3
+
+
+def test_a_best_clear_of_the_others_is_remeasured_alone(monkeypatch):
+    study = study_of((256, 2000.0, [1900.0, 2100.0]), (512, 1000.0, [950.0, 1050.0]), (1024, 990.0, [940.0, 1040.0]))
+    calls = fake_runs(monkeypatch, {256: 1950.0})
+    confirm_leaders(study, summarize(study).leaders, tiny_context())
+    assert calls == [256] and summarize(study).best.number == 0
+    assert study.user_attrs[confirmation_key(0)]["tokens_per_sec"] == 1950.0
+
+
+def test_an_unknown_interval_cannot_be_told_apart():
+    top = [Candidate(0, 2000.0, (1900.0, 2100.0)), Candidate(1, 1000.0, None)]
+    assert [c.number for c in to_remeasure(top)] == [0, 1]
+
+
+def test_the_leaders_are_distinct_configurations_and_a_failed_remeasurement_drops_its_leader():
+    ranked = [Candidate(0, 10.0), Candidate(1, 9.9), Candidate(2, 9.8), Candidate(3, 9.7)]
+    assert [c.number for c in leaders(ranked, ["a", "a", "b", "c"])] == [0, 2, 3]
+    top = [
+        Candidate(0, 10.0, remeasured=True, second=None),  # its second run ran out of memory
+        Candidate(2, 9.8, remeasured=True, second=9.9),
+        Candidate(3, 9.7, remeasured=True, second=9.6),
+    ]
+    assert winner(top).number == 2
+    # Not re-measured yet (a search stopped before): the best single run, as before.
+    assert winner([Candidate(0, 10.0), Candidate(2, 9.8, remeasured=True, second=12.0)]).number == 0
