@@ -156,7 +156,7 @@ def run_child(
         argv = [*mode, str(request_path), str(result)]
         spawned = time.time()
         seen: dict[int, int] = {}  # descendants seen while it ran: pid -> start time
-        proc = _start(argv, _child_env(env, token), stderr_path, fork)
+        proc = _start(argv, _child_env(env, token), stderr_path, fork, _model_of(request))
         seen[proc.pid] = _start_time(proc.pid) or 0  # the trial itself, killed by pid if its group is not yet made
         try:
             if on_start is not None:  # inside the try: a Ctrl-C here must still kill the group
@@ -171,10 +171,19 @@ def run_child(
         return ChildRun(proc.returncode, payload, verdict, stderr_tail(stderr_path), spawned, wall, reaped)
 
 
-def _start(argv: list[str], env: dict[str, str], output: Path, fork: bool) -> zygote.TrialProcess | subprocess.Popen:
+def _model_of(request: dict[str, Any]) -> str | None:
+    """The model a child builds: a probe's request names it, a measurement's spec does."""
+    return request.get("model") or (request.get("spec") or {}).get("model")
+
+
+def _start(
+    argv: list[str], env: dict[str, str], output: Path, fork: bool, model: str | None
+) -> zygote.TrialProcess | subprocess.Popen:
     if fork:
         try:
-            return zygote.TrialProcess(argv, env=env, cwd=os.getcwd(), output=str(output))
+            return zygote.TrialProcess(
+                argv, env=env, cwd=os.getcwd(), output=str(output), preload=zygote.preload_for(model)
+            )
         except OSError as exc:  # no server here: the trial still runs, in a fresh interpreter
             zygote.disable(str(exc))
     with open(output, "wb") as stderr:

@@ -35,11 +35,14 @@ import sys
 import tempfile
 import threading
 import types
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 TOKEN_ENV = "AUTOTUNE_TRIAL_TOKEN"
 START_ENV = "AUTOTUNE_TRIAL_START"  # fork (default) | exec
 PRELOAD = ["torch", "torch._dynamo", "autotune.measure.loop"]  # what every trial imports; never CUDA initialization
+# What a trial of a Hugging Face model imports besides: ~10 s of CPU per process on a small
+# machine (more than torch), paid once in the server instead of in the probe and every trial.
+HF_PRELOAD = ["transformers", "transformers.models.gpt2.modeling_gpt2", "transformers.models.llama.modeling_llama"]
 
 _lock = threading.RLock()
 _token: str | None = None
@@ -81,8 +84,10 @@ def token() -> str:
 class TrialProcess:
     """A trial forked from the server, with the part of Popen's interface the runner uses."""
 
-    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: str, output: str) -> None:
-        context = _context()
+    def __init__(
+        self, argv: list[str], *, env: dict[str, str], cwd: str, output: str, preload: Sequence[str] = ()
+    ) -> None:
+        context = _context(preload)
         self._process = context.Process(target=_child, args=(argv, env, cwd, output), name="autotune-trial")
         with _lock, _main_module_hidden():
             self._process.start()
@@ -101,13 +106,20 @@ class TrialProcess:
         return self.returncode
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    """The fork server, started (or restarted, if it died) with the token in its environment."""
+def preload_for(model: str | None) -> list[str]:
+    """Modules worth importing in the server for trials of `model`, besides PRELOAD."""
+    return HF_PRELOAD if model and model.startswith("hf:") else []
+
+
+def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext:
+    """The fork server, started (or restarted, if it died) with the token in its environment.
+    `preload`: modules it imports besides PRELOAD when it starts now (a running server keeps
+    what it has; a trial imports the rest itself). A module that fails to import is skipped."""
     context = multiprocessing.get_context("forkserver")
     with _lock:
         # The resource tracker first and outside the token: it is no trial's.
         multiprocessing.resource_tracker.ensure_running()
-        context.set_forkserver_preload(PRELOAD)
+        context.set_forkserver_preload([*PRELOAD, *preload])
         with _environment(TOKEN_ENV, token()):
             multiprocessing.forkserver.ensure_running()  # a no-op while it runs
     return context

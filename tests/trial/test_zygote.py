@@ -12,6 +12,7 @@ import pytest
 
 from autotune.config import RunSpec, TrainConfig
 from autotune.device.memory import read_stat
+from autotune.trial import runner, zygote
 from autotune.trial.runner import run_trial
 from tests.helpers import ROOT
 
@@ -55,3 +56,25 @@ def test_a_temp_dir_too_deep_for_the_servers_socket_runs_trials_all_the_same(tmp
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["ok", None]
+
+
+class _Asked(Exception):
+    pass
+
+
+def test_an_hf_models_trials_fork_from_a_server_that_imported_transformers(monkeypatch):
+    # transformers costs ~10 s of CPU per process here: imported once in the server, not in the
+    # probe and again in every trial.
+    asked = []
+
+    def recording(argv, *, env, cwd, output, preload=()):
+        asked.append(list(preload))
+        raise _Asked
+
+    monkeypatch.setattr(runner.zygote, "TrialProcess", recording)
+    monkeypatch.setattr(runner.zygote, "fork_enabled", lambda: True)
+    for request in ({"model": "hf:gpt2-tiny"}, {"spec": {"model": "hf:gpt2-tiny"}}, {"model": "gpt2-tiny"}):
+        with pytest.raises(_Asked):
+            runner.run_child(["--probe"], request, timeout_s=5)
+    assert asked == [zygote.HF_PRELOAD, zygote.HF_PRELOAD, []]
+    assert "transformers" in zygote.HF_PRELOAD
