@@ -99,7 +99,9 @@ def test_over_memory_limit_is_infeasible_and_never_best(workdir):
     peak = large.user_attrs["peak_memory_bytes"]
     assert HOG_LIMIT < peak < 1.5 * HOG_LIMIT
     assert (
-        large.constraints["memory"] == pytest.approx((peak - HOG_LIMIT) / HOG_LIMIT) and large.constraints["memory"] > 0
+        large.constraints["memory"]
+        == pytest.approx((peak - HOG_LIMIT * (1 - outcomes.DEFAULT_MEMORY_HEADROOM)) / HOG_LIMIT)
+        and large.constraints["memory"] > 0
     )
     assert large.user_attrs["reason"] == (
         f"peak memory {outcomes.format_bytes(peak)} is above the limit {outcomes.format_bytes(HOG_LIMIT)}"
