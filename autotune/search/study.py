@@ -14,6 +14,8 @@ How a trial is recorded, by outcome (decided in `measure.outcomes.recording`):
     ok, over_memory_limit   COMPLETE, value = tokens/s, constraint from the measured peak
     oom                     COMPLETE, value = 0, constraint 1 (infeasible)
                             (so is over_memory_limit stopped early by the CPU RSS watchdog)
+    predicted_over_limit    COMPLETE, value = 0, constraint from the predicted peak; not run
+                            (search.memory_model; user attrs predicted_peak_bytes, memory_basis)
     unsupported             PRUNED before any process starts (or after the run said so)
     timeout, crashed        FAIL, with the reason
     interrupted             FAIL (Ctrl-C), with the reason
