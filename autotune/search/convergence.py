@@ -86,10 +86,16 @@ def patience_for(n_dimensions: int) -> int:
 
 def space_dimensions(space: SearchSpace) -> int:
     """The knobs a space searches: its dimensions, and the checkpointed blocks as a count and,
-    where more than one is offered, a placement."""
+    where a partial count and more than one placement are offered, a placement."""
     n = len(space.dimensions)
-    if space.checkpoint is not None:
-        n += 1 + (len(space.checkpoint.placements) > 1)
+    checkpoint = space.checkpoint
+    if checkpoint is not None:
+        count, depth = checkpoint.count, space.n_layer
+        if count.choices is not None:
+            partial = any(0 < c < (depth or c + 1) for c in count.choices)
+        else:
+            partial = (depth or 2) > 1 and count.high != count.low
+        n += 1 + (partial and len(checkpoint.placements) > 1)
     return n
 
 
