@@ -169,3 +169,12 @@ def test_search_until_converged_says_why_it_stopped(tmp_path, monkeypatch):
 def test_budget_stop_names_the_limit_that_ended_the_search():
     assert budget_stop(ran=5, n_trials=5, timeout_s=60).reason == "n_trials"
     assert budget_stop(ran=3, n_trials=5, timeout_s=60).text == "--timeout reached (60 s; 3 trials run)"
+
+
+def test_devices_workers_get_the_runs_rules():
+    from autotune.search.fleet import split_trials, worker_command
+
+    settings = SearchSettings(model="gpt2", n_trials=None, until_converged=True, memory_model=False)
+    cmd = worker_command(settings, study="s", memory_limit_bytes=10**9, trial_timeout_s=60, n_trials=None)
+    assert "--until-converged" in cmd and "--no-memory-model" in cmd and "--n-trials" not in cmd
+    assert split_trials(None, 3) == [None, None, None]

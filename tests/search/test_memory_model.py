@@ -173,3 +173,27 @@ def _with_budgets(space, budgets):
     dims = dict(space.dimensions)
     dims["token_budget"] = dataclasses.replace(dims["token_budget"], choices=tuple(budgets))
     return dataclasses.replace(space, dimensions=dims)
+
+
+def test_the_summary_counts_the_skipped_and_says_why_the_search_stopped():
+    from types import SimpleNamespace
+
+    from autotune.present.summaries import search_summary, summary_json
+    from autotune.search.convergence import ConvergenceRule, converged_stop
+
+    study = optuna.create_study(direction="maximize")
+    for outcome in (outcomes.OK, outcomes.PREDICTED_OVER_LIMIT, outcomes.PREDICTED_OVER_LIMIT):
+        study.add_trial(create_trial(value=1.0, user_attrs={"outcome": outcome}, constraints={"memory": 0.5}))
+    result = SimpleNamespace(
+        summary=summarize(study),
+        context=SimpleNamespace(memory_limit_bytes=LIMIT, device=SimpleNamespace(to_dict=dict)),
+        storage_url="sqlite:///studies/s.db",
+        recipe_path=None,
+        stopped=converged_stop(ConvergenceRule(22, 0.05)),
+    )
+    text = search_summary(result)
+    assert "skipped 2 configurations predicted over the memory limit" in text
+    assert "stopped: converged: no trial in the last 22 improved the best feasible tokens/s by more than 5.0 %" in text
+    out = summary_json(result)
+    assert out["skipped_predicted_over_limit"] == 2
+    assert out["stopped"] == {"reason": "converged", "text": result.stopped.text, "patience": 22, "noise": 0.05}
