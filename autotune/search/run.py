@@ -28,7 +28,6 @@ from autotune.config import RunSpec, TrainConfig, check_int
 from autotune.device import DeviceInfo, describe, resolve_device, total_host_memory
 from autotune.device.disk import check_writable
 from autotune.errors import AutotuneError, UsageError
-from autotune.measure import outcomes
 from autotune.search.best import confirmation_key, write_recipe
 from autotune.search.convergence import (
     SearchStop,
@@ -316,11 +315,12 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
 
     def on_create(study: optuna.Study) -> None:
         # Once per study, by the process that creates it (after the reference trials): never
-        # again on resume, nor by the other workers of --devices.
-        if settings.expert_start:
-            enqueue_expert_start(study, ctx)
+        # again on resume, nor by the other workers of --devices. A warm start first: it is
+        # measured evidence from a study like this one; the expert start is a general guess.
         if warm is not None:
             warm.enqueue(study)
+        if settings.expert_start:
+            enqueue_expert_start(study, ctx)
 
     study, is_new = open_study(
         name, storage, ctx, seed=settings.seed, on_create=on_create, shared=is_shared(settings, url)
@@ -361,8 +361,6 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         nonlocal ran
         ran += 1
-        if trial.user_attrs.get("outcome") == outcomes.PREDICTED_OVER_LIMIT:
-            log.info("trial %d not run: %s", trial.number, trial.user_attrs.get("reason"))
         if reporter:
             reporter.trial_finished(trial, summarize(study))
 
