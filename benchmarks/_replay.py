@@ -121,6 +121,7 @@ class History:
     """What a replayed search has done so far: what the hooks read."""
 
     sweep: Sweep
+    seed: int
     limit: int
     target: float  # tokens/s within the tolerance of the best feasible
     study: optuna.Study
@@ -201,7 +202,7 @@ def replay(
 ) -> Run:
     """One search of `sweep` by `strategy` with `seed`."""
     study = optuna.create_study(direction="maximize", sampler=strategy.sampler(seed))
-    history = History(sweep, limit, target, study)
+    history = History(sweep, seed, limit, target, study)
     done: set[str] = set()  # configurations completed: a re-proposal reuses them
     stopped = "max_trials"
     for number in range(max_trials):
