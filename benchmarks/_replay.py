@@ -21,8 +21,9 @@ replay loop:
                                       predicted constraint, so the sampler learns from it
   stop(history) -> str | None         why to stop now (after each trial), or None to go on
 
-The replay knows the answer, which a search does not: a run also ends once it has measured a
-feasible configuration within the tolerance of the sweep's best feasible (`stop_at_target`)."""
+The replay knows the answer, which a search does not: a run without a stop rule ends once it
+has measured a feasible configuration within the tolerance of the sweep's best feasible
+(`stop_at_target`); one with a rule runs until the rule stops it."""
 
 from __future__ import annotations
 
@@ -198,9 +199,13 @@ def replay(
     limit: int,
     target: float,
     max_trials: int,
-    stop_at_target: bool = True,
+    stop_at_target: bool | None = None,
 ) -> Run:
-    """One search of `sweep` by `strategy` with `seed`."""
+    """One search of `sweep` by `strategy` with `seed`. It stops at the target unless told
+    otherwise; by default, only a strategy without a stop rule does (one with a rule runs until
+    the rule stops it, so that its cost and its final recommendation show)."""
+    if stop_at_target is None:
+        stop_at_target = strategy.stop is None
     study = optuna.create_study(direction="maximize", sampler=strategy.sampler(seed))
     history = History(sweep, seed, limit, target, study)
     done: set[str] = set()  # configurations completed: a re-proposal reuses them
@@ -290,7 +295,7 @@ def run_seeds(
     limit: int,
     target: float,
     max_trials: int,
-    stop_at_target: bool = True,
+    stop_at_target: bool | None = None,
 ) -> list[Run]:
     """The strategy's runs for seeds 0 .. seeds-1."""
     kw = {"limit": limit, "target": target, "max_trials": max_trials, "stop_at_target": stop_at_target}

@@ -95,7 +95,7 @@ def run(sweep_path: Path, seeds: int, quantile: float, limit: int | None) -> dic
     }
     cap = len(records)
     for name, strategy in strategies(sweep).items():
-        runs = run_seeds(sweep, strategy, seeds, limit=limit, target=target, max_trials=20 * cap)
+        runs = run_seeds(sweep, strategy, seeds, limit=limit, target=target, max_trials=20 * cap, stop_at_target=True)
         t = summarize([r.trials_to_target() for r in runs], cap)
         d = summarize([r.distinct_to_target() for r in runs], cap)
         out[name] = {

@@ -126,3 +126,22 @@ def test_the_summary_counts_over_seeds():
     grid = out["strategies"]["grid"]
     assert grid["runs"] == 3 and grid["reached"] == 3 and grid["recommends_over_limit"] == 0
     assert 1 <= grid["trials_to_3pct"]["median"] <= 6
+
+
+def test_a_stop_rule_ends_the_run_and_the_recommendation_is_what_it_had():
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    s = sweep()
+
+    def stop(history):
+        return "three trials" if len(history.steps) == 3 else None
+
+    strategy = Strategy("fixed", random_sampler, propose=in_order(*ORDER), stop=stop)
+    r = replay(s, strategy, 0, limit=LIMIT, target=0.97 * 120.0, max_trials=10)
+    assert r.stopped == "hook: three trials" and len(r.steps) == 3
+    assert r.trials_to_target() is None and r.seconds == 3.0 + 9.5
+    assert r.recommended["params"] == {"token_budget": 1024, "amp_dtype": "float32"}  # the faster one does not fit
+
+    # A rule that never fires: the run goes on past the target, to --max-trials.
+    strategy = Strategy("fixed", random_sampler, propose=in_order(*ORDER), stop=lambda history: None)
+    r = replay(s, strategy, 0, limit=LIMIT, target=0.97 * 120.0, max_trials=8)
+    assert r.stopped == "max_trials" and len(r.steps) == 8 and r.trials_to_target() == 6
