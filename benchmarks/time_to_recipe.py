@@ -83,6 +83,11 @@ def grid_order(sweep: Sweep) -> Callable[[History], dict[str, Any] | None]:
 
 def strategies(sweep: Sweep) -> dict[str, Strategy]:
     def gp(seed: int) -> optuna.samplers.BaseSampler:
+        import torch  # GPSampler fits its model with torch
+
+        # Its matrices are tiny (one row per trial): more threads add only synchronization,
+        # and on a shared machine each waits for a descheduled sibling (3x slower on 2 busy cores).
+        torch.set_num_threads(1)
         # Conditional params (compile_mode in a slice, a checkpoint placement for partial counts)
         # fall to GP's independent sampler, as the tuner's space would; said once here, not per trial.
         return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
