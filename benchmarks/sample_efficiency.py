@@ -3,11 +3,9 @@ best feasible configuration of an exhaustive sweep, against random search and gr
 
     python benchmarks/sample_efficiency.py [--json] [--seeds 20] [--sweep benchmarks/data/cpu_gpt2_tiny_sweep.json]
 
-The objective is a replay: every configuration of the (reduced) space was measured once by
-benchmarks/record_sweep.py; a trial looks its configuration up instead of running it. The
-replay records outcomes exactly as autotune.search.objective.Objective does: a measured configuration
-is COMPLETE with value tokens/s and the memory constraint (peak - limit) / limit set with
-`trial.set_constraint`; an unsupported one is PRUNED; a crashed/timed-out one FAILs. The
+The objective is a replay (benchmarks/_replay.py): every configuration of the (reduced) space
+was measured once by benchmarks/record_sweep.py; a trial looks its configuration up instead of
+running it and is recorded as autotune.search.objective.Objective records it. The
 reference trials (baseline, checklist) that a real study enqueues first are left out: they
 are not in the reduced space and would add the same 2 trials to every strategy.
 
@@ -26,88 +24,44 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Callable
 
 import _common  # noqa: F401
 import optuna
-from _common import config_key, md_table
-from optuna.trial import TrialState
+from _common import md_table
+from _replay import TOLERANCE, History, Strategy, Sweep, best_feasible, measured, memory_limit, run_seeds
 
-from autotune.search.sampling import suggest
-from autotune.search.space import SearchSpace
-from autotune.search.space_file import parse_space
 from autotune.search.study import make_sampler
 
 DEFAULT_SWEEP = Path(__file__).resolve().parent / "data" / "cpu_gpt2_tiny_sweep.json"
-TOLERANCE = 0.03
 STRATEGIES = ("tpe", "random", "grid")
-MEASURED = ("ok", "over_memory_limit")
 
 
-def memory_limit(records: list[dict], quantile: float) -> int:
-    """A limit that makes the heaviest configurations infeasible: the `quantile` of the
-    measured peaks (rounded down to a MiB)."""
-    peaks = sorted(r["peak_memory_bytes"] for r in records if r["outcome"] in MEASURED)
-    peak = peaks[min(len(peaks) - 1, int(quantile * len(peaks)))]
-    return peak // 2**20 * 2**20
-
-
-def best_feasible(records: list[dict], limit: int) -> dict:
-    feasible = [r for r in records if r["outcome"] in MEASURED and r["peak_memory_bytes"] <= limit]
-    return max(feasible, key=lambda r: r["tokens_per_sec"])
-
-
-def make(strategy: str, seed: int, space: SearchSpace, records: list[dict]) -> optuna.samplers.BaseSampler:
-    if strategy == "tpe":
-        return make_sampler(seed)  # the tuner's own construction (autotune.search.study.open_study)
-    if strategy == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
+def grid_sampler(records: list[dict]) -> Callable[[int], optuna.samplers.BaseSampler]:
+    """Optuna's GridSampler over every recorded value of every param: grid points in an
+    order shuffled per seed."""
     grid: dict[str, list] = {}
     for r in records:
         for k, v in r["params"].items():
             grid.setdefault(k, [])
             if v not in grid[k]:
                 grid[k].append(v)
-    return optuna.samplers.GridSampler(grid, seed=seed)  # grid points in a per-seed shuffled order
+    return lambda seed: optuna.samplers.GridSampler(grid, seed=seed)
 
 
-def replay(
-    strategy: str, seed: int, space: SearchSpace, table: dict[str, dict], limit: int, target: float, records: list[dict]
-) -> dict:
-    """One search; returns trials and distinct configurations until the target was reached."""
-    study = optuna.create_study(direction="maximize", sampler=make(strategy, seed, space, records))
-    cap = len(table)
-    seen: set[str] = set()
-    trials = distinct = 0
-    reached = {"trials": None, "distinct": None}
-    for _ in range(20 * cap):  # bounds a sampler that keeps re-proposing seen configurations
-        trial = study.ask()
-        cfg = suggest(space, trial)
-        key = config_key(cfg)
-        rec = table[key]
-        trials += 1
-        if key not in seen:
-            seen.add(key)
-            distinct += 1
-        try:
-            if rec["outcome"] == "unsupported" or space.violation(cfg):
-                study.tell(trial, state=TrialState.PRUNED)
-            elif rec["outcome"] in MEASURED:
-                peak = rec["peak_memory_bytes"]
-                if peak <= limit and rec["tokens_per_sec"] >= target:
-                    reached["trials"] = reached["trials"] or trials
-                    reached["distinct"] = reached["distinct"] or distinct
-                trial.set_constraint("memory", (peak - limit) / limit)
-                study.tell(trial, rec["tokens_per_sec"])
-            elif rec["outcome"] == "oom":
-                trial.set_constraint("memory", 1.0)
-                study.tell(trial, 0.0)
-            else:
-                study.tell(trial, state=TrialState.FAIL)
-        except RuntimeError:  # GridSampler calls study.stop() once the grid is exhausted (ask/tell has no loop to stop)
-            break
-        if reached["distinct"] is not None or distinct >= cap and trials >= cap:
-            break
-    return reached
+def strategies(sweep: Sweep) -> dict[str, Strategy]:
+    def everything_seen(history: History) -> str | None:  # bounds a sampler that keeps re-proposing
+        n = len(sweep.table)
+        return (
+            "every configuration seen" if len(history.steps) >= n and len({s.key for s in history.steps}) >= n else None
+        )
+
+    return {
+        # the tuner's own construction (autotune.search.study.open_study)
+        "tpe": Strategy("tpe", make_sampler, stop=everything_seen),
+        "random": Strategy("random", lambda seed: optuna.samplers.RandomSampler(seed=seed), stop=everything_seen),
+        "grid": Strategy("grid", grid_sampler(sweep.records), stop=everything_seen),
+    }
 
 
 def summarize(counts: list[int | None], cap: int) -> dict:
@@ -121,31 +75,30 @@ def summarize(counts: list[int | None], cap: int) -> dict:
 
 
 def run(sweep_path: Path, seeds: int, quantile: float, limit: int | None) -> dict:
-    sweep = json.loads(Path(sweep_path).read_text())
-    records = sweep["configurations"]
-    space = parse_space(sweep["space"], source=str(sweep_path), n_layer=sweep["n_layer"], seq_len=sweep["seq_len"])
-    table = {config_key(r["config"]): r for r in records}
+    sweep = Sweep.load(sweep_path)
+    records = sweep.records
     limit = limit or memory_limit(records, quantile)
     best = best_feasible(records, limit)
     target = (1 - TOLERANCE) * best["tokens_per_sec"]
-    measured = [r for r in records if r["outcome"] in MEASURED]
-    n_good = sum(r["peak_memory_bytes"] <= limit and r["tokens_per_sec"] >= target for r in measured)
+    measured_ = [r for r in records if measured(r)]
+    n_good = sum(r["peak_memory_bytes"] <= limit and r["tokens_per_sec"] >= target for r in measured_)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     out: dict = {
         "sweep": str(sweep_path),
         "configurations": len(records),
         "seeds": seeds,
         "memory_limit_bytes": limit,
-        "infeasible": sum(r["peak_memory_bytes"] > limit for r in measured),
+        "infeasible": sum(r["peak_memory_bytes"] > limit for r in measured_),
         "best_feasible": {"tokens_per_sec": best["tokens_per_sec"], "params": best["params"]},
         "within_3pct": n_good,
         "headline": "median_trials_to_3pct (duplicates counted)",
     }
-    for strategy in STRATEGIES:
-        runs = [replay(strategy, seed, space, table, limit, target, records) for seed in range(seeds)]
-        t = summarize([r["trials"] for r in runs], len(records))
-        d = summarize([r["distinct"] for r in runs], len(records))
-        out[strategy] = {
+    cap = len(records)
+    for name, strategy in strategies(sweep).items():
+        runs = run_seeds(sweep, strategy, seeds, limit=limit, target=target, max_trials=20 * cap, stop_at_target=True)
+        t = summarize([r.trials_to_target() for r in runs], cap)
+        d = summarize([r.distinct_to_target() for r in runs], cap)
+        out[name] = {
             "median_trials_to_3pct": t["median"],
             "mean_trials_to_3pct": t["mean"],
             "median_distinct_to_3pct": d["median"],

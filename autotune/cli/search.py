@@ -29,7 +29,7 @@ class _ProgressReporter:
 
     TICK_S = 1.0
 
-    def __init__(self, n_trials: int, quiet: bool, *, timeout_s: float | None = None, what: str = "") -> None:
+    def __init__(self, n_trials: int | None, quiet: bool, *, timeout_s: float | None = None, what: str = "") -> None:
         from autotune.present.progress import SearchProgress
 
         self.quiet = quiet
@@ -135,9 +135,9 @@ class _ProgressReporter:
 @click.option(
     "--n-trials",
     type=int,
-    default=20,
-    show_default=True,
-    help="Trials to run in this invocation (reference trials included).",
+    default=None,
+    help="Trials to run in this invocation, reference trials included (default 20; with --until-converged, "
+    "no cap unless given).",
 )
 @click.option("--timeout", type=DURATION, default=None, help="Stop starting new trials after this long, e.g. 10m.")
 @click.option(
@@ -174,6 +174,26 @@ class _ProgressReporter:
     help="What to maximize under the memory limit: effective tokens/s (default), or tokens per joule "
     "(needs an energy counter: NVML on a whole GPU, RAPL on a CPU). A resumed study keeps its own.",
 )
+@click.option(
+    "--until-converged",
+    is_flag=True,
+    help="Stop once no trial in the last K improved the best feasible tokens/s by more than the measurement "
+    "noise (K = max(10, 2 x the space's knobs); the noise from the trials' own spread).",
+)
+@click.option(
+    "--no-memory-model",
+    "memory_model",
+    flag_value=False,
+    default=True,
+    help="Run every configuration, even one the study's trials predict over the memory limit.",
+)
+@click.option(
+    "--no-expert-start",
+    "expert_start",
+    flag_value=False,
+    default=True,
+    help="Do not start a new study with the configuration experts run on this device class.",
+)
 @click.option("--worker", is_flag=True, hidden=True)  # a child of --devices: the parent prints the summary
 @json_option
 def search(
@@ -200,6 +220,9 @@ def search(
     devices,
     new_study,
     objective,
+    until_converged,
+    memory_model,
+    expert_start,
     worker,
     as_json,
 ) -> None:
@@ -213,8 +236,10 @@ def search(
     from autotune.present.summaries import search_summary, summary_json
     from autotune.search.run import SearchInterrupted, SearchSettings, run_search
 
-    if n_trials < 1:
+    if n_trials is not None and n_trials < 1:
         raise click.BadParameter("must be at least 1", param_hint="--n-trials")
+    if n_trials is None and not until_converged:
+        n_trials = 20
     settings = SearchSettings(
         model=model,
         device=device,
@@ -238,6 +263,10 @@ def search(
         new_study=new_study,
         global_batch_tokens=global_batch_tokens,
         objective=objective,
+        until_converged=until_converged,
+        memory_model=memory_model,
+        expert_start=expert_start,
+        worker=worker,
     )
     reporter = _ProgressReporter(
         n_trials, quiet=as_json or bool(devices), timeout_s=timeout, what=f"{model} on {device}"

@@ -4,6 +4,9 @@
     over_memory_limit   measured, but its peak memory is above the limit (infeasible)
     diverged            measured, but the training loss ended NaN or infinite: the speed of
                         a run that does not train is no answer (never the best)
+    predicted_over_limit  not run: the study's memory model (search.memory_model) predicts its
+                        peak over the limit by a clear margin, from trials of the same knobs at
+                        other token budgets (infeasible, never the best)
     oom                 ran out of memory (allocator error, MemoryError or the OOM killer)
     unsupported         this device cannot run the configuration (never retried)
     timeout             killed, with its whole process group, at the trial timeout
@@ -34,11 +37,18 @@ UNSUPPORTED = "unsupported"
 TIMEOUT = "timeout"
 CRASHED = "crashed"
 INTERRUPTED = "interrupted"
+PREDICTED_OVER_LIMIT = "predicted_over_limit"
 
 # Outcomes that measured a throughput the sampler can learn from.
 MEASURED = (OK, OVER_MEMORY_LIMIT)
 # Outcomes that say "this region does not fit": recorded as infeasible, not as failures.
 INFEASIBLE = (OVER_MEMORY_LIMIT, OOM)
+# Outcomes whose recorded peak memory is a measurement of the whole run (a diverged run's
+# memory is real even though its speed is no answer): what the memory model fits.
+MEASURED_MEMORY = (OK, OVER_MEMORY_LIMIT, DIVERGED)
+# The memory constraint of an infeasible trial whose peak is unknown (it ran out of memory, or
+# the CPU watchdog stopped it): "over by an unknown amount", counted as twice the limit.
+UNKNOWN_EXCESS = 1.0
 
 # The signals that ask a process to stop, handled alike: Ctrl-C, `kill`/`timeout`/systemd/
 # Slurm/Kubernetes, and a closed terminal.
@@ -69,7 +79,7 @@ class Recording(enum.Enum):
 def recording(outcome: str, *, has_rate: bool) -> Recording:
     if outcome in MEASURED and has_rate:
         return Recording.MEASURED
-    if outcome in INFEASIBLE:
+    if outcome in INFEASIBLE or outcome == PREDICTED_OVER_LIMIT:
         # oom, or over_memory_limit without a rate (the CPU RSS watchdog stopped it early)
         return Recording.INFEASIBLE
     if outcome in (UNSUPPORTED, DIVERGED):
@@ -77,6 +87,20 @@ def recording(outcome: str, *, has_rate: bool) -> Recording:
         # complete one, so it learns to avoid a configuration that does not train.
         return Recording.PRUNED
     return Recording.FAILED
+
+
+def skipped_over_limit(predicted_peak_bytes: int, limit_bytes: int, basis: str) -> tuple[str, str]:
+    """A configuration the memory model predicts over the limit: not run."""
+    return PREDICTED_OVER_LIMIT, (
+        f"not run: peak predicted {format_bytes(predicted_peak_bytes)}, over the limit "
+        f"{format_bytes(limit_bytes)} ({basis})"
+    )
+
+
+def reusable(outcome: str) -> bool:
+    """Whether a finished trial's outcome stands for its configuration when it is proposed again.
+    A prediction does not: with more trials the model may say otherwise, and then it runs."""
+    return outcome != PREDICTED_OVER_LIMIT
 
 
 # --- inside the measurement ------------------------------------------------------------------

@@ -21,10 +21,11 @@ def format_duration(seconds: float) -> str:
 
 class SearchProgress:
     """Where a search stands. `n_trials` is this invocation's (a resumed study's trial
-    numbers go on from where it was); `timeout_s` the search's --timeout, if any."""
+    numbers go on from where it was; None: no cap, --until-converged); `timeout_s` the
+    search's --timeout, if any."""
 
     def __init__(
-        self, n_trials: int, timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic
+        self, n_trials: int | None, timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.n_trials = n_trials
         self.timeout_s = timeout_s
@@ -65,7 +66,7 @@ class SearchProgress:
     def remaining(self) -> float | None:
         """Seconds left: the mean trial so far times the trials to go, less what the running
         one has done; never past --timeout. None until a trial has finished (no basis yet)."""
-        if not self.durations:
+        if not self.durations or self.n_trials is None:  # no cap: only the timeout bounds it
             return None if self.timeout_s is None else max(0.0, self.timeout_s - self.elapsed())
         mean = sum(self.durations) / len(self.durations)
         to_go = max(0, self.n_trials - self.finished)
@@ -81,7 +82,7 @@ class SearchProgress:
 
     def counter(self) -> str:
         """ "trial 3/12": the running trial's place in this invocation."""
-        return f"trial {self.started}/{self.n_trials}"
+        return f"trial {self.started}" + (f"/{self.n_trials}" if self.n_trials is not None else "")
 
     def _times(self) -> str:
         left = self.remaining()
@@ -100,14 +101,21 @@ class SearchProgress:
             number, config, began = self.running
             now = f"{self.counter()} (#{number}, {format_duration(self.clock() - began)}): {config_summary(config)}"
         else:
-            now = self.phase or f"{self.finished}/{self.n_trials} trials done"
+            now = self.phase or f"{self._done()} trials done"
         return f"{now} | {self._times()} | {self._best()}"
 
     def finished_line(self, trial: Any) -> str:
         """One line per finished trial (also where there is no terminal: logs, CI)."""
-        return f"[{self.finished}/{self.n_trials} {self._times()}; {self._best()}] {trial_line(trial)}"
+        return f"[{self._done()} {self._times()}; {self._best()}] {trial_line(trial)}"
+
+    def _done(self) -> str:
+        return f"{self.finished}/{self.n_trials}" if self.n_trials is not None else str(self.finished)
 
     def opening_line(self, what: str) -> str:
+        if self.n_trials is None:
+            return f"search {what}: until converged" + (
+                f", at most {format_duration(self.timeout_s)}" if self.timeout_s else ""
+            )
         return f"search {what}: {self.n_trials} trial{'s' if self.n_trials != 1 else ''}" + (
             f", at most {format_duration(self.timeout_s)}" if self.timeout_s else ""
         )

@@ -113,6 +113,8 @@ def trial_line(trial) -> str:
     attrs = trial.user_attrs
     outcome = attrs.get("outcome", trial.state.name.lower())
     tag = f" [{attrs['reference']}]" if attrs.get("reference") else ""
+    if attrs.get("expert_start"):
+        tag = f" [expert start: {attrs['expert_start']}]"
     dup = f" (same as #{attrs['duplicate_of']})" if "duplicate_of" in attrs else ""
     cfg = _trial_cfg(trial)
     knobs = config_summary(cfg) if cfg else ""
@@ -168,6 +170,15 @@ def search_summary(result) -> str:
         if ref is not None:
             rate = flag_unstable(format_rate(ref.user_attrs.get("tokens_per_sec")), trial_unstable(ref))
             lines.append(f"{name:<10} #{ref.number}: {rate} tok/s ({ref.user_attrs.get('outcome')})")
+    skipped = summary.counts.get(outcomes.PREDICTED_OVER_LIMIT, 0)
+    if skipped:
+        lines.append(
+            f"skipped {skipped} configuration{'s' if skipped != 1 else ''} predicted over the memory limit by the "
+            "study's own trials (not run; `autotune show` gives each one's basis; --no-memory-model runs them)"
+        )
+    stopped = getattr(result, "stopped", None)
+    if stopped is not None:
+        lines.append(f"stopped: {stopped.text}")
     if summary.best is not None:
         lines += ["", best_table(summary)]
         if trial_unstable(summary.best):
@@ -203,6 +214,8 @@ def _trial_json(trial) -> dict[str, Any]:
         "unstable": trial_unstable(trial),
         "constraints": trial.constraints or None,
         "duplicate_of": a.get("duplicate_of"),
+        "expert_start": a.get("expert_start"),
+        "predicted_peak_memory_bytes": a.get("predicted_peak_memory_bytes"),
     }
 
 
@@ -231,6 +244,8 @@ def summary_json(result) -> dict[str, Any]:
         ],
         "recipe": str(result.recipe_path) if result.recipe_path else None,
         "n_trials": len(s.trials),
+        "skipped_predicted_over_limit": s.counts.get(outcomes.PREDICTED_OVER_LIMIT, 0),
+        "stopped": result.stopped.to_dict() if getattr(result, "stopped", None) is not None else None,
     }
 
 

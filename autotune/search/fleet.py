@@ -50,7 +50,7 @@ class WorkerDevice:
 @dataclass(frozen=True)
 class WorkerPlan:
     device: WorkerDevice
-    n_trials: int
+    n_trials: int | None
     command: list[str]
     env: dict[str, str]  # set on top of the parent's environment
 
@@ -107,8 +107,11 @@ def resolve_devices(entries: Sequence[str], uuids: Sequence[str] | None) -> list
     return devices
 
 
-def split_trials(total: int, workers: int) -> list[int]:
-    """--n-trials is the total: 10 over 4 workers -> [3, 3, 2, 2]."""
+def split_trials(total: int | None, workers: int) -> list[int | None]:
+    """--n-trials is the total: 10 over 4 workers -> [3, 3, 2, 2]; no cap (None) for each when
+    there is none (--until-converged: every worker stops when the shared study has converged)."""
+    if total is None:
+        return [None] * workers
     return [total // workers + (1 if i < total % workers else 0) for i in range(workers)]
 
 
@@ -118,7 +121,7 @@ def worker_command(
     study: str,
     memory_limit_bytes: int,
     trial_timeout_s: float,
-    n_trials: int,
+    n_trials: int | None,
     verbose: bool = False,
     as_json: bool = False,
 ) -> list[str]:
@@ -140,8 +143,6 @@ def worker_command(
         str(memory_limit_bytes),
         "--trial-timeout",
         f"{trial_timeout_s:g}s",
-        "--n-trials",
-        str(n_trials),
         "--warmup",
         str(settings.warmup),
         "--steps",
@@ -151,6 +152,13 @@ def worker_command(
         "--seed",
         str(settings.seed),
     ]
+    if n_trials is not None:
+        cmd += ["--n-trials", str(n_trials)]
+    # The study's rules of this run: every worker skips, stops and samples alike.
+    if settings.until_converged:
+        cmd.append("--until-converged")
+    if not settings.memory_model:
+        cmd.append("--no-memory-model")
     if settings.space:
         cmd += ["--space", str(settings.space)]
     if settings.seq_len is not None:
@@ -191,7 +199,7 @@ def plan_workers(
     """One plan per device that gets at least one trial."""
     plans = []
     for device, n in zip(devices, split_trials(settings.n_trials, len(devices))):
-        if n == 0:
+        if n == 0:  # more workers than trials (None: no cap, every worker runs)
             continue
         cmd = worker_command(
             settings,
@@ -248,6 +256,7 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
         verbose=log.isEnabledFor(logging.INFO),
         as_json=as_json,
     )
+    before = len(study.trials)
     codes, interrupted = supervise(plans)
     summary = summarize(study)
     recipe_path = write_recipe(study, summary, name, url, settings.recipe) if summary.best is not None else None
@@ -256,10 +265,32 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
         for p, code in zip(plans, codes)
         if code not in (0, 129, 130, 143)
     ]
-    result = SearchResult(study, summary, ctx, url, recipe_path, is_new, worker_failures=failures)
+    stopped = fleet_stop(settings, study, ctx, ran=len(summary.trials) - before, interrupted=interrupted)
+    result = SearchResult(study, summary, ctx, url, recipe_path, is_new, worker_failures=failures, stopped=stopped)
     if interrupted:
         raise SearchInterrupted(result)
     return result
+
+
+def fleet_stop(settings, study, ctx, *, ran: int, interrupted: bool):
+    """Why the workers stopped, as one search: each decided for itself, on the shared study."""
+    from autotune.search.convergence import (
+        budget_stop,
+        confirmation_repeats,
+        converged_stop,
+        feasible_values,
+        interrupted_stop,
+        rule_for,
+        space_dimensions,
+    )
+
+    if interrupted:
+        return interrupted_stop("SIGINT")
+    trials = study.get_trials(deepcopy=False)
+    rule = rule_for(trials, space_dimensions(ctx.space), confirmation_repeats(study.user_attrs, trials))
+    if settings.until_converged and rule.converged(feasible_values(trials)):
+        return converged_stop(rule)
+    return budget_stop(ran=ran, n_trials=settings.n_trials, timeout_s=settings.timeout_s)
 
 
 def supervise(

@@ -1,9 +1,12 @@
 """The objective: turns an Optuna trial into a configuration, runs it isolated, and
-records its outcome on the trial (as `measure.outcomes.recording` says)."""
+records its outcome on the trial (as `measure.outcomes.recording` says). A configuration
+the study's memory model predicts over the limit by a clear margin is recorded without
+running (`predicted_over_limit`, see `search.memory_model`)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from typing import Callable
@@ -17,11 +20,14 @@ from autotune.knobs.support import check_supported
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.search.confirm import objective_value
+from autotune.search.memory_model import HOST_ONLY_KNOBS, observations_from_trials, predict_peak
 from autotune.search.references import reference_config
 from autotune.search.sampling import suggest
 from autotune.search.study import StudyContext
 from autotune.trial._proc import stop_signal_of
 from autotune.trial.runner import TrialResult, run_trial
+
+log = logging.getLogger(__name__)
 
 REASON_LIMIT = 4000  # characters of a reason kept in storage
 
@@ -43,10 +49,13 @@ class Objective:
         ctx: StudyContext,
         on_running: Callable[[int, TrainConfig], None] | None = None,
         trial_env: dict[str, str] | None = None,
+        *,
+        memory_model: bool = True,
     ) -> None:
         self.ctx = ctx
         self.on_running = on_running
         self.trial_env = trial_env
+        self.memory_model = memory_model
 
     def __call__(self, trial: optuna.Trial) -> float:
         reference = trial.user_attrs.get("reference")
@@ -62,8 +71,31 @@ class Objective:
         if self.ctx.device.uuid:  # which GPU of a multi-GPU or multi-host study ran it
             trial.set_user_attr("device_uuid", self.ctx.device.uuid)
         self._reject_if_impossible(trial, cfg)
+        if self.memory_model and not reference and self._predicted_over_limit(trial, cfg):
+            return 0.0
         result = self._reuse(trial, cfg) or self._run(trial, cfg)
         return self._record(trial, result)
+
+    def _predicted_over_limit(self, trial: optuna.Trial, cfg: TrainConfig) -> bool:
+        """Record `cfg` as predicted over the limit, without running it, when the study's trials
+        say so by a clear margin; False (and nothing recorded) otherwise. The reference trials
+        are never skipped: they are the yardsticks of every study."""
+        limit = self.ctx.memory_limit_bytes
+        done = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        ignore = HOST_ONLY_KNOBS if self.ctx.device.kind == "cuda" else ()
+        prediction = predict_peak(observations_from_trials(done), cfg.to_dict(), limit, ignore=ignore)
+        if prediction is None or not prediction.over_limit_by_clear_margin:
+            return False
+        outcome, reason = outcomes.skipped_over_limit(prediction.peak_bytes, limit, prediction.basis)
+        trial.set_user_attr("outcome", outcome)
+        trial.set_user_attr("reason", reason[:REASON_LIMIT])
+        trial.set_user_attr("predicted_peak_memory_bytes", prediction.peak_bytes)
+        trial.set_user_attr("memory_basis", prediction.basis[:REASON_LIMIT])
+        trial.set_user_attr("memory_basis_trials", list(prediction.trials))
+        # The sampler learns "this region does not fit" as it does from a measured peak.
+        trial.set_constraint("memory", prediction.constraint(limit))
+        log.info("trial %d: %s", trial.number, reason)
+        return True
 
     def _reject_if_impossible(self, trial: optuna.Trial, cfg: TrainConfig) -> None:
         """Known-impossible combinations never start a process: recorded and pruned at no cost."""
@@ -83,6 +115,7 @@ class Objective:
         for done in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if (
                 done.user_attrs.get("config") is not None
+                and outcomes.reusable(done.user_attrs.get("outcome"))
                 and config_key(TrainConfig.from_dict(done.user_attrs["config"])) == key
             ):
                 trial.set_user_attr("duplicate_of", done.number)

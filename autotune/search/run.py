@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import socket
 import tempfile
 from dataclasses import dataclass, field
@@ -30,6 +31,15 @@ from autotune.errors import AutotuneError, UsageError
 from autotune.measure import outcomes
 from autotune.search.best import write_recipe
 from autotune.search.confirm import DEFAULT_OBJECTIVE, OBJECTIVES, confirm_leaders
+from autotune.search.convergence import (
+    SearchStop,
+    StopWhenConverged,
+    budget_stop,
+    converged_stop,
+    interrupted_stop,
+    space_dimensions,
+)
+from autotune.search.expert_start import ModelDims, enqueue_expert_start
 from autotune.search.objective import Objective, TrialFailed
 from autotune.search.space_file import default_space_path, load_space
 from autotune.search.storage import (
@@ -74,7 +84,7 @@ class SearchSettings:
     memory_limit_bytes: int | None = None
     memory_fraction: float | None = None
     memory_headroom: float | None = None  # None: outcomes.DEFAULT_MEMORY_HEADROOM (a resumed study: its own)
-    n_trials: int = 20
+    n_trials: int | None = 20  # None: no cap (with until_converged)
     timeout_s: float | None = None  # the whole search
     trial_timeout_s: float | None = None  # one trial (default: 300 s on CPU, 600 s on CUDA)
     warmup: int = 3
@@ -84,6 +94,13 @@ class SearchSettings:
     recipe: str | None = None
     warm_start_from: str | None = None
     new_study: bool = False  # a new study even when one of this name exists (NAME-2, NAME-3, ...)
+    # Skip configurations the study's trials predict over the memory limit (search.memory_model).
+    memory_model: bool = True
+    # A new study starts with what experts run on this device class (search.expert_start).
+    expert_start: bool = True
+    # Stop once the study has converged (search.convergence); --n-trials, if given, still caps it.
+    until_converged: bool = False
+    worker: bool = False  # one of several --devices workers on one study
     # Positions per optimizer step every trial reaches by gradient accumulation (None: the
     # token budget); a resumed study keeps its own, and refuses another.
     global_batch_tokens: int | None = None
@@ -110,6 +127,7 @@ class SearchResult:
     recipe_path: Path | None
     new_study: bool
     worker_failures: list[str] = field(default_factory=list)  # --devices: workers that did not end well
+    stopped: SearchStop | None = None  # why the search stopped
 
 
 def model_slug(model: str) -> str:
@@ -176,6 +194,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         if settings.seq_len and settings.seq_len > cfg.block_size:
             raise UsageError(f"--seq-len {settings.seq_len} is longer than {settings.model}'s context {cfg.block_size}")
         seq_len, n_layer = settings.seq_len or cfg.block_size, cfg.n_layer
+        dims = ModelDims(cfg.n_layer, cfg.n_embd, cfg.vocab_size)
     if settings.data != "synthetic":
         from autotune.data.datasets import check_data_spec
 
@@ -187,6 +206,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
 
         probed = probe(settings.model, data=settings.data, seq_len=settings.seq_len, timeout_s=timeout)
         seq_len, n_layer = probed.context_length, probed.n_layer
+        dims = ModelDims(probed.n_layer, probed.d_model, probed.vocab_size) if probed.d_model else None
     space_path = settings.space or default_space_path(device.kind)
     space = load_space(space_path, n_layer=n_layer, seq_len=seq_len)
     spec = RunSpec(
@@ -210,6 +230,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         trial_timeout_s=timeout,
         memory_headroom=memory_headroom(settings),
         objective=objective,
+        model_dims=dims,
     )
     name = (
         check_study_name(settings.study)
@@ -328,7 +349,19 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
     if parse_storage_url(url).in_memory:
         log.warning("storage %s is in memory: the study is gone when this search ends (the recipe is written)", url)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our reporter says what happened
-    study, is_new = open_study(name, storage, ctx, seed=settings.seed, on_create=warm.enqueue if warm else None)
+
+    def on_create(study: optuna.Study) -> None:
+        # Once per study, by the process that creates it (after the reference trials): never
+        # again on resume, nor by the other workers of --devices. A warm start first: it is
+        # measured evidence from a study like this one; the expert start is a general guess.
+        if warm is not None:
+            warm.enqueue(study)
+        if settings.expert_start:
+            enqueue_expert_start(study, ctx)
+
+    study, is_new = open_study(
+        name, storage, ctx, seed=settings.seed, on_create=on_create, shared=is_shared(settings, url)
+    )
     if not is_new:
         ctx = check_rules(
             study,
@@ -349,6 +382,12 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
     return OpenedStudy(study, is_new, ctx, name, url)
 
 
+def is_shared(settings: SearchSettings, url: str) -> bool:
+    """Whether other workers may sample this study at the same time: a --devices worker, or a
+    storage made for several (a journal file, a database server). SQLite takes one writer."""
+    return settings.worker or not is_sqlite(url)
+
+
 def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> SearchResult:
     import sqlalchemy.exc
 
@@ -357,12 +396,21 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     if is_sqlite(url):
         warn_if_sqlite_shared(study, url)
 
-    objective = Objective(ctx, on_running=reporter.trial_started if reporter else None)
+    objective = Objective(
+        ctx, on_running=reporter.trial_started if reporter else None, memory_model=settings.memory_model
+    )
+    ran = 0
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
+        nonlocal ran
+        ran += 1
         if reporter:
             reporter.trial_finished(trial, summarize(study))
 
+    callbacks: list = [after_trial]
+    convergence = StopWhenConverged(space_dimensions(ctx.space)) if settings.until_converged else None
+    if convergence is not None:
+        callbacks.append(convergence)
     stop: KeyboardInterrupt | None = None
     try:
         study.optimize(
@@ -370,7 +418,7 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
             n_trials=settings.n_trials,
             timeout=settings.timeout_s,
             catch=(TrialFailed,),
-            callbacks=[after_trial],
+            callbacks=callbacks,
             gc_after_trial=False,
         )
         confirm_leaders(study, summarize(study).leaders, ctx, reporter)
@@ -391,7 +439,13 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     path = None
     if summary.best is not None:
         path = write_recipe(study, summary, name, url, settings.recipe)
-    result = SearchResult(study, summary, ctx, url, path, opened.is_new)
+    if stop is not None:
+        stopped = interrupted_stop(signal.Signals(stop_signal_of(stop)).name)
+    elif convergence is not None and convergence.fired is not None:
+        stopped = converged_stop(convergence.fired)
+    else:
+        stopped = budget_stop(ran=ran, n_trials=settings.n_trials, timeout_s=settings.timeout_s)
+    result = SearchResult(study, summary, ctx, url, path, opened.is_new, stopped=stopped)
     if stop is not None:
         raise SearchInterrupted(result, stop_signal_of(stop))
     return result
@@ -431,8 +485,6 @@ class SearchInterrupted(AutotuneError):
     was written. Exit 128 + the signal: 130 (Ctrl-C), 143 (SIGTERM), 129 (SIGHUP)."""
 
     def __init__(self, result: SearchResult, signum: int = 2) -> None:
-        import signal
-
         how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
         super().__init__(
             f"{how}: the running trial was stopped and recorded"

@@ -14,6 +14,8 @@ How a trial is recorded, by outcome (decided in `measure.outcomes.recording`):
     ok, over_memory_limit   COMPLETE, value = tokens/s, constraint from the measured peak
     oom                     COMPLETE, value = 0, constraint 1 (infeasible)
                             (so is over_memory_limit stopped early by the CPU RSS watchdog)
+    predicted_over_limit    COMPLETE, value = 0, constraint from the predicted peak; not run
+                            (search.memory_model; user attrs predicted_peak_bytes, memory_basis)
     unsupported             PRUNED before any process starts (or after the run said so)
     timeout, crashed        FAIL, with the reason
     interrupted             FAIL (Ctrl-C), with the reason
@@ -42,6 +44,7 @@ from autotune.knobs.support import DeviceCapabilities
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.search import confirm
+from autotune.search.expert_start import ModelDims
 from autotune.search.references import BASELINE, CHECKLIST, enqueue_references
 from autotune.search.space import SearchSpace
 from autotune.search.storage import RetryStaleTrial, internals
@@ -63,6 +66,7 @@ class StudyContext:
     # Feasible only with a worst-case peak <= limit x (1 - headroom) (outcomes.memory_constraint)
     memory_headroom: float = outcomes.DEFAULT_MEMORY_HEADROOM
     objective: str = confirm.DEFAULT_OBJECTIVE  # what the study maximizes (search.confirm.OBJECTIVES)
+    model_dims: ModelDims | None = None  # for the expert start's budget estimate; None when unknown
 
     @property
     def capabilities(self) -> DeviceCapabilities:
@@ -104,11 +108,17 @@ def study_attrs(ctx: StudyContext) -> dict[str, Any]:
     }
 
 
-def make_sampler(seed: int | None) -> optuna.samplers.BaseSampler:
+def make_sampler(seed: int | None, *, shared: bool = False) -> optuna.samplers.BaseSampler:
     """The tuner's sampler, in one place: benchmarks/sample_efficiency.py replays this exact one.
     TPE (multivariate by default in Optuna 5) reads the memory constraint that the objective
-    records with `trial.set_constraint`; 5 random start-up trials before it models the space."""
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
+    records with `trial.set_constraint`; 5 random start-up trials before it models the space.
+
+    `shared`: several workers sample this study at once (--devices, or a journal / database
+    storage that other tuners may join). TPE then counts the trials still running as bad ones
+    ("constant liar", Optuna's `constant_liar`), so that workers starting together do not all
+    propose the same region. Optuna 5 turns it on by default; it is set here explicitly, off for
+    a lone worker, where nothing else runs and it would only keep TPE from caching trials."""
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, constant_liar=shared)
 
 
 # A study is ready once its identity attr is written. Its creator writes every other attr and
@@ -128,17 +138,19 @@ def open_study(
     *,
     seed: int | None = None,
     on_create: Callable[[optuna.Study], None] | None = None,
+    shared: bool = False,
 ) -> tuple[optuna.Study, bool]:
     """Create the study, or resume it when it was made for the same hardware, model, data
     and space. Returns (study, is_new). `on_create(study)` runs as part of a new study's set-up
-    (a warm start enqueues its trials there), before the study is marked ready.
+    (the expert start and a warm start enqueue their trials there), before the study is marked
+    ready. `shared`: other workers sample it at the same time (see `make_sampler`).
 
     Race-free with many workers: only the one whose `create_study` succeeds sets the study
     up and enqueues the reference trials; the others get DuplicatedStudyError, load it and
     wait until it is ready. (load_if_exists would let two new workers both see an empty
     study and both enqueue the references.) A stop signal (Ctrl-C, SIGTERM) during creation
     and set-up waits until they are done: a study is never left half made."""
-    sampler = make_sampler(seed)
+    sampler = make_sampler(seed, shared=shared)
     with stops_deferred():
         try:
             study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler)
@@ -161,7 +173,7 @@ def open_study(
             _set_up(study, ctx, on_create)
         return study, True
     if seed is not None:
-        study.sampler = make_sampler(worker_seed(seed, len(study.trials)))
+        study.sampler = make_sampler(worker_seed(seed, len(study.trials)), shared=shared)
     mismatch = _identity_mismatch(existing, ctx.identity())
     if mismatch:
         raise UsageError(

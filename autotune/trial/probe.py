@@ -23,6 +23,7 @@ class ProbedModel:
     vocab_size: int
     context_length: int
     n_layer: int
+    d_model: int | None = None  # heads x head width, where the model says both
 
 
 def probe(model: str, *, data: str = "synthetic", seq_len: int | None = None, timeout_s: float) -> ProbedModel:
@@ -50,4 +51,6 @@ def probe(model: str, *, data: str = "synthetic", seq_len: int | None = None, ti
     if "error" in child.payload:
         raise UsageError(child.payload["error"])
     shape = child.payload["shape"]
-    return ProbedModel(shape["vocab_size"], shape["context_length"], shape["n_layer"])
+    n_head, head_dim = shape.get("n_head"), shape.get("head_dim")
+    d_model = n_head * head_dim if n_head and head_dim else None
+    return ProbedModel(shape["vocab_size"], shape["context_length"], shape["n_layer"], d_model)

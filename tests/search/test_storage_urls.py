@@ -10,6 +10,7 @@ import pytest
 from autotune.errors import UsageError
 from autotune.search.storage import open_storage, redact
 from tests.attack_helpers import FAST, fake_trials, refused, settings
+from tests.helpers import FINISHED
 
 # --- the attacker's reproductions --------------------------------------------------------------
 
@@ -140,7 +141,7 @@ def test_in_memory_sqlite_runs_without_heartbeat_noise(tmp_path, monkeypatch, ca
     monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")
     fake_trials(monkeypatch, delay_s=1.5)  # each trial outlives a heartbeat
     result = run_search(settings(storage="sqlite://", n_trials=2))
-    assert len(result.study.trials) == 2
+    assert len(result.study.get_trials(states=FINISHED)) == 2
     assert failures == []
     assert "Traceback" not in capfd.readouterr().err
 

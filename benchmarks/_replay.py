@@ -1,0 +1,315 @@
+"""Replaying a search against a recorded sweep (benchmarks/record_sweep.py), shared by
+sample_efficiency.py (trials) and time_to_recipe.py (seconds).
+
+Every configuration of the sweep's space was measured once; a replayed trial looks its
+configuration up instead of running it, and is recorded on the study as
+autotune.search.objective.Objective records a real one (`tell`): a measured configuration is
+COMPLETE with its tokens/s as the value and, with constraints on, (peak - limit) / limit as the
+memory constraint (`trial.set_constraint`, read by TPE and GP); an out-of-memory one is COMPLETE
+at 0 with the constraint violated; an unsupported or diverged one is PRUNED; a timed-out or
+crashed one FAILs. A configuration proposed again after it completed is reused, as the tuner's
+Objective reuses it: a trial, but no process and no seconds.
+
+A strategy is a sampler plus three optional hooks, so that the tuner's own additions (a memory
+model that skips configurations, an expert start, a convergence rule) plug in without a new
+replay loop:
+
+  propose(history) -> params | None   params to run next instead of the sampler's choice
+                                      (enqueued, as the tuner enqueues its reference trials)
+  skip(history, cfg) -> float | None  a predicted peak (bytes) for a configuration not to run:
+                                      it costs nothing and is recorded infeasible, with the
+                                      predicted constraint, so the sampler learns from it
+  stop(history) -> str | None         why to stop now (after each trial), or None to go on
+
+The replay knows the answer, which a search does not: a run without a stop rule ends once it
+has measured a feasible configuration within the tolerance of the sweep's best feasible
+(`stop_at_target`); one with a rule runs until the rule stops it."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import _common  # noqa: F401  (puts the checkout on sys.path)
+import optuna
+from _common import config_key
+from optuna.trial import TrialState
+
+from autotune.config import TrainConfig
+from autotune.measure import outcomes
+from autotune.search.sampling import suggest
+from autotune.search.space import SearchSpace
+from autotune.search.space_file import parse_space
+
+TOLERANCE = 0.03  # "within 3 % of the sweep's best feasible"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A recorded sweep: its space and every configuration's record, by configuration key."""
+
+    path: str
+    space: SearchSpace
+    records: list[dict[str, Any]]
+    table: dict[str, dict[str, Any]]
+    meta: dict[str, Any]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], path: str = "<sweep>") -> "Sweep":
+        space = parse_space(data["space"], source=path, n_layer=data["n_layer"], seq_len=data["seq_len"])
+        records = data["configurations"]
+        meta = {k: v for k, v in data.items() if k != "configurations"}
+        return cls(path, space, records, {config_key(r["config"]): r for r in records}, meta)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Sweep":
+        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")), str(path))
+
+
+def measured(rec: dict[str, Any]) -> bool:
+    """Whether the configuration was measured (a throughput and a peak)."""
+    return rec["outcome"] in outcomes.MEASURED and rec.get("tokens_per_sec") is not None
+
+
+def over_limit(rec: dict[str, Any], limit: int) -> bool:
+    """Ran and did not fit: measured above the limit, or out of memory."""
+    return (measured(rec) and rec["peak_memory_bytes"] > limit) or rec["outcome"] == outcomes.OOM
+
+
+def memory_limit(records: Sequence[dict[str, Any]], quantile: float) -> int:
+    """A limit that makes the heaviest configurations infeasible: the `quantile` of the
+    measured peaks (rounded down to a MiB)."""
+    peaks = sorted(r["peak_memory_bytes"] for r in records if measured(r))
+    peak = peaks[min(len(peaks) - 1, int(quantile * len(peaks)))]
+    return peak // 2**20 * 2**20
+
+
+def best_feasible(records: Sequence[dict[str, Any]], limit: int) -> dict[str, Any]:
+    feasible = [r for r in records if measured(r) and r["peak_memory_bytes"] <= limit]
+    return max(feasible, key=lambda r: r["tokens_per_sec"])
+
+
+def trial_cost(rec: dict[str, Any]) -> float:
+    """Seconds the tuner spends to run this configuration once: process + compile + timed as
+    recorded (their sum is the trial's wall time); the wall time alone for a sweep recorded
+    before the split; 0 for one pruned before a process starts."""
+    if rec["outcome"] == outcomes.UNSUPPORTED:
+        return 0.0
+    if "process_s" in rec:
+        return rec["process_s"] + rec["compile_s"] + rec["timed_s"]
+    return float(rec.get("wall_s") or 0.0)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One replayed trial."""
+
+    number: int
+    key: str
+    record: dict[str, Any]
+    fate: str  # run | reused | pruned | skipped
+    cost_s: float
+    over_limit: bool  # ran, and did not fit
+    good: bool  # ran, fits, and is within the tolerance of the best feasible
+    predicted_peak: int | None = None  # for a skipped one
+
+
+@dataclass
+class History:
+    """What a replayed search has done so far: what the hooks read."""
+
+    sweep: Sweep
+    seed: int
+    limit: int
+    target: float  # tokens/s within the tolerance of the best feasible
+    study: optuna.Study
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.cost_s for s in self.steps)
+
+    def ran(self) -> list[Step]:
+        return [s for s in self.steps if s.fate == "run"]
+
+
+Propose = Callable[[History], "dict[str, Any] | None"]
+Skip = Callable[[History, TrainConfig], "float | None"]
+Stop = Callable[[History], "str | None"]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A search to replay: a sampler per seed, whether the memory constraint is recorded, and
+    the hooks (see the module's docstring)."""
+
+    name: str
+    sampler: Callable[[int], optuna.samplers.BaseSampler]
+    constraints: bool = True
+    propose: Propose | None = None
+    skip: Skip | None = None
+    stop: Stop | None = None
+    about: str = ""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One replayed search, and where it ended."""
+
+    steps: list[Step]
+    stopped: str  # target | hook: <reason> | max_trials | exhausted
+    recommended: dict[str, Any] | None  # the record of the study's best trial at the end
+
+    def first_good(self) -> Step | None:
+        return next((s for s in self.steps if s.good), None)
+
+    def trials_to_target(self) -> int | None:
+        step = self.first_good()
+        return None if step is None else step.number + 1
+
+    def seconds_to_target(self) -> float | None:
+        step = self.first_good()
+        return None if step is None else sum(s.cost_s for s in self.steps[: step.number + 1])
+
+    def distinct_to_target(self) -> int | None:
+        step = self.first_good()
+        if step is None:
+            return None
+        return len({s.key for s in self.steps[: step.number + 1]})
+
+    def over_limit_run(self) -> int:
+        """Configurations run that did not fit, until the target was reached (or the end)."""
+        step = self.first_good()
+        upto = self.steps if step is None else self.steps[: step.number + 1]
+        return sum(s.over_limit for s in upto)
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.cost_s for s in self.steps)
+
+
+def replay(
+    sweep: Sweep,
+    strategy: Strategy,
+    seed: int,
+    *,
+    limit: int,
+    target: float,
+    max_trials: int,
+    stop_at_target: bool | None = None,
+) -> Run:
+    """One search of `sweep` by `strategy` with `seed`. It stops at the target unless told
+    otherwise; by default, only a strategy without a stop rule does (one with a rule runs until
+    the rule stops it, so that its cost and its final recommendation show)."""
+    if stop_at_target is None:
+        stop_at_target = strategy.stop is None
+    study = optuna.create_study(direction="maximize", sampler=strategy.sampler(seed))
+    history = History(sweep, seed, limit, target, study)
+    done: set[str] = set()  # configurations completed: a re-proposal reuses them
+    stopped = "max_trials"
+    for number in range(max_trials):
+        if strategy.propose is not None and (params := strategy.propose(history)) is not None:
+            study.enqueue_trial(params)
+        trial = study.ask()
+        cfg = suggest(sweep.space, trial)
+        key = config_key(cfg)
+        rec = sweep.table[key]
+        try:
+            step = _tell(study, trial, cfg, key, rec, number, history, strategy, done)
+        except RuntimeError:  # GridSampler stops the study once its grid is exhausted
+            stopped = "exhausted"
+            break
+        history.steps.append(step)
+        if stop_at_target and step.good:
+            stopped = "target"
+            break
+        if strategy.stop is not None and (why := strategy.stop(history)) is not None:
+            stopped = f"hook: {why}"
+            break
+    return Run(history.steps, stopped, _recommended(study, sweep))
+
+
+def _tell(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    cfg: TrainConfig,
+    key: str,
+    rec: dict[str, Any],
+    number: int,
+    history: History,
+    strategy: Strategy,
+    done: set[str],
+) -> Step:
+    """Record the trial on the study as the tuner's Objective would, and say what it cost."""
+    limit = history.limit
+    trial.set_user_attr("config_key", key)
+    if rec["outcome"] == outcomes.UNSUPPORTED or history.sweep.space.violation(cfg):
+        study.tell(trial, state=TrialState.PRUNED)
+        return Step(number, key, rec, "pruned", 0.0, False, False)
+    reused = key in done
+    if not reused and strategy.skip is not None and (predicted := strategy.skip(history, cfg)) is not None:
+        if strategy.constraints:
+            trial.set_constraint("memory", max((predicted - limit) / limit, 1e-6))
+        study.tell(trial, 0.0)
+        return Step(number, key, rec, "skipped", 0.0, False, False, predicted_peak=int(predicted))
+    cost = 0.0 if reused else trial_cost(rec)
+    fate = "reused" if reused else "run"
+    ran_over = not reused and over_limit(rec, limit)
+    if measured(rec):
+        fits = rec["peak_memory_bytes"] <= limit
+        if strategy.constraints:
+            trial.set_constraint("memory", (rec["peak_memory_bytes"] - limit) / limit)
+        study.tell(trial, rec["tokens_per_sec"])
+        done.add(key)
+        good = fate == "run" and fits and rec["tokens_per_sec"] >= history.target
+        return Step(number, key, rec, fate, cost, ran_over, good)
+    if rec["outcome"] == outcomes.OOM:
+        if strategy.constraints:
+            trial.set_constraint("memory", 1.0)
+        study.tell(trial, 0.0)
+        done.add(key)
+        return Step(number, key, rec, fate, cost, ran_over, False)
+    state = TrialState.PRUNED if rec["outcome"] == outcomes.DIVERGED else TrialState.FAIL
+    study.tell(trial, state=state)  # not reused by the tuner: a re-proposal runs again
+    return Step(number, key, rec, "run", trial_cost(rec), False, False)
+
+
+def _recommended(study: optuna.Study, sweep: Sweep) -> dict[str, Any] | None:
+    """What the study recommends at the end: Optuna's best trial, which with constraints
+    recorded is the best feasible one (the tuner's summary picks the same: its best `ok`)."""
+    try:
+        best = study.best_trial
+    except ValueError:  # nothing completed (or nothing feasible)
+        return None
+    return sweep.table[best.user_attrs["config_key"]]
+
+
+def run_seeds(
+    sweep: Sweep,
+    strategy: Strategy,
+    seeds: int,
+    *,
+    limit: int,
+    target: float,
+    max_trials: int,
+    stop_at_target: bool | None = None,
+) -> list[Run]:
+    """The strategy's runs for seeds 0 .. seeds-1."""
+    kw = {"limit": limit, "target": target, "max_trials": max_trials, "stop_at_target": stop_at_target}
+    return [replay(sweep, strategy, seed, **kw) for seed in range(seeds)]
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile by linear interpolation; an unreached run counts as +inf (so a median of
+    mostly unreached runs is inf, not a flattering finite number)."""
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    if lo == hi:
+        return xs[lo]
+    if math.isinf(xs[hi]):
+        return math.inf
+    return xs[lo] + (pos - lo) * (xs[hi] - xs[lo])

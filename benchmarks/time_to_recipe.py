@@ -1,0 +1,250 @@
+"""Time to a recipe: how many trials, and how many seconds of the user's wall time, each search
+strategy needs to measure a configuration within 3 % of the best feasible one of a recorded
+sweep, how many configurations over the memory limit it runs on the way, and whether what it
+recommends fits.
+
+    python benchmarks/time_to_recipe.py [--json] [--seeds 20] \
+        [--sweep benchmarks/data/cpu_gpt2_tiny_sweep_large.json] [--memory-quantile 0.7 | --memory-limit BYTES]
+
+A replay (benchmarks/_replay.py): each trial looks its configuration up in the sweep, costs the
+seconds recorded for it (process + compile + timed: its wall time as a trial; a re-proposed
+configuration, reused as the tuner reuses it, and an unsupported one, pruned before a process
+starts, cost 0) and is recorded on the study as the tuner's Objective records it.
+
+Strategies (STRATEGIES):
+  tpe            the tuner's sampler (autotune.search.study.make_sampler), memory constraint recorded
+  tpe-unconstr   the same TPE with no constraint recorded: over-limit configurations look as good as their speed
+  gp             Optuna's GPSampler (constrained logEI: it reads the recorded constraint)
+  random         Optuna's RandomSampler
+  grid           every configuration once, in an order shuffled per seed (a `propose` hook)
+
+Per run: trials and wall seconds until the first feasible configuration within 3 % of the
+sweep's best feasible one is measured; the configurations run that did not fit (over the limit
+or out of memory) until then; and the study's recommendation when the run ends (Optuna's best
+trial: with constraints recorded, the best feasible one, as the tuner's summary picks it). A run
+ends at the target, when a strategy's `stop` hook says so, or after --max-trials (default: twice
+as many as the sweep has configurations); one that never reached the target counts as infinite in
+the medians and shows in `reached`. Medians and interquartile ranges over --seeds seeds.
+
+The tuner's own additions plug in as strategies: `Strategy(name, make_sampler, skip=...,
+propose=..., stop=...)` added to STRATEGIES (see _replay.py for the hooks' contracts)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import _common  # noqa: F401
+import optuna
+from _common import md_table, mib
+from _replay import (
+    TOLERANCE,
+    History,
+    Run,
+    Strategy,
+    Sweep,
+    best_feasible,
+    measured,
+    memory_limit,
+    over_limit,
+    quantile,
+    run_seeds,
+    trial_cost,
+)
+
+from autotune.search.study import make_sampler
+
+DEFAULT_SWEEP = Path(__file__).resolve().parent / "data" / "cpu_gpt2_tiny_sweep_large.json"
+DEFAULT_QUANTILE = 0.7  # the heaviest ~30 % of measured configurations are over the limit
+# Runs stop after this many times the sweep's configurations: random search (with replacement)
+# then misses a lone within-3 % configuration in e^-2 ~ 14 % of runs, rather than e^-1 ~ 37 %.
+MAX_TRIALS_FACTOR = 2
+STRATEGY_NAMES = ("tpe", "tpe-unconstr", "gp", "random", "grid")  # the order of the table
+
+
+def grid_order(sweep: Sweep) -> Callable[[History], dict[str, Any] | None]:
+    """A `propose` hook: every configuration of the sweep once, in an order shuffled per seed."""
+    orders: dict[int, list[dict[str, Any]]] = {}
+
+    def propose(history: History) -> dict[str, Any] | None:
+        if history.seed not in orders:
+            orders[history.seed] = [r["params"] for r in sweep.records]
+            random.Random(history.seed).shuffle(orders[history.seed])
+        order, n = orders[history.seed], len(history.steps)
+        return order[n] if n < len(order) else None
+
+    return propose
+
+
+def strategies(sweep: Sweep) -> dict[str, Strategy]:
+    def gp(seed: int) -> optuna.samplers.BaseSampler:
+        import torch  # GPSampler fits its model with torch
+
+        # Its matrices are tiny (one row per trial): more threads add only synchronization,
+        # and on a shared machine each waits for a descheduled sibling (3x slower on 2 busy cores).
+        torch.set_num_threads(1)
+        # Conditional params (compile_mode in a slice, a checkpoint placement for partial counts)
+        # fall to GP's independent sampler, as the tuner's space would; said once here, not per trial.
+        return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
+
+    return {
+        "tpe": Strategy("tpe", make_sampler, about="the tuner's sampler, constraint recorded"),
+        "tpe-unconstr": Strategy("tpe-unconstr", make_sampler, constraints=False, about="TPE, no constraint"),
+        "gp": Strategy("gp", gp, about="Optuna's GPSampler, constraint recorded"),
+        "random": Strategy("random", lambda seed: optuna.samplers.RandomSampler(seed=seed), about="random"),
+        "grid": Strategy(
+            "grid",
+            lambda seed: optuna.samplers.RandomSampler(seed=seed),
+            propose=grid_order(sweep),
+            about="every configuration once, shuffled per seed",
+        ),
+    }
+
+
+def summarize(runs: Sequence[Run], limit: int, best: float) -> dict[str, Any]:
+    """Medians and interquartile ranges over the seeds; an unreached run counts as inf."""
+
+    def stats(values: Sequence[float | None]) -> dict[str, float]:
+        xs = [math.inf if v is None else float(v) for v in values]
+        return {"median": quantile(xs, 0.5), "q1": quantile(xs, 0.25), "q3": quantile(xs, 0.75)}
+
+    recommended = [r.recommended for r in runs]
+    return {
+        "runs": len(runs),
+        "reached": sum(r.first_good() is not None for r in runs),
+        "trials_to_3pct": stats([r.trials_to_target() for r in runs]),
+        "seconds_to_3pct": stats([r.seconds_to_target() for r in runs]),
+        "over_limit_run": stats([r.over_limit_run() for r in runs]),
+        "skipped": stats([sum(s.fate == "skipped" for s in r.steps) for r in runs]),
+        "seconds_total": stats([r.seconds for r in runs]),
+        "trials_total": stats([len(r.steps) for r in runs]),
+        "recommends_over_limit": sum(rec is not None and over_limit(rec, limit) for rec in recommended),
+        "recommends_nothing": sum(rec is None for rec in recommended),
+        # how far below the best feasible the recommendation is, where it fits
+        "recommendation_shortfall": stats(
+            [1 - rec["tokens_per_sec"] / best if rec is not None and measured(rec) else None for rec in recommended]
+        ),
+        "stopped": {why: sum(r.stopped == why for r in runs) for why in sorted({r.stopped for r in runs})},
+    }
+
+
+def run(
+    sweep: Sweep,
+    seeds: int,
+    *,
+    quantile_: float = DEFAULT_QUANTILE,
+    limit: int | None = None,
+    max_trials: int | None = None,
+    only: Sequence[str] | None = None,
+    extra: Sequence[Strategy] = (),
+) -> dict[str, Any]:
+    records = sweep.records
+    limit = limit or memory_limit(records, quantile_)
+    best = best_feasible(records, limit)
+    target = (1 - TOLERANCE) * best["tokens_per_sec"]
+    ran = [r for r in records if measured(r)]
+    over = [r for r in records if over_limit(r, limit)]
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    pool = {**strategies(sweep), **{s.name: s for s in extra}}
+    chosen = {name: pool[name] for name in (only or pool)}
+    max_trials = max_trials or MAX_TRIALS_FACTOR * len(records)
+    costs = [trial_cost(r) for r in records]
+    out: dict[str, Any] = {
+        "sweep": sweep.path,
+        "created": sweep.meta.get("created"),
+        "machine": sweep.meta.get("machine"),
+        "load_average_1min": sweep.meta.get("load_average_1min"),
+        "configurations": len(records),
+        "measured": len(ran),
+        "seeds": seeds,
+        "max_trials": max_trials,
+        "memory_limit_bytes": limit,
+        "over_limit": len(over),
+        "best_feasible": {"tokens_per_sec": best["tokens_per_sec"], "params": best["params"]},
+        "within_3pct": sum(r["peak_memory_bytes"] <= limit and r["tokens_per_sec"] >= target for r in ran),
+        "seconds_every_configuration": round(sum(costs), 1),
+        "strategies": {},
+    }
+    for name, strategy in chosen.items():
+        runs = run_seeds(sweep, strategy, seeds, limit=limit, target=target, max_trials=max_trials)
+        out["strategies"][name] = {"about": strategy.about, **summarize(runs, limit, best["tokens_per_sec"])}
+    return out
+
+
+def _fmt(s: dict[str, float], digits: int = 0) -> str:
+    def one(x: float) -> str:
+        return "n.r." if math.isinf(x) else f"{x:.{digits}f}"
+
+    return f"{one(s['median'])} [{one(s['q1'])}-{one(s['q3'])}]"
+
+
+def markdown(out: dict[str, Any]) -> str:
+    rows = []
+    random_s = out["strategies"].get("random", {}).get("seconds_to_3pct", {}).get("median", math.inf)
+    for name, s in out["strategies"].items():
+        seconds = s["seconds_to_3pct"]["median"]
+        ratio = "-" if math.isinf(random_s) or math.isinf(seconds) else f"{seconds / random_s:.2f}"
+        rows.append(
+            [
+                name,
+                _fmt(s["trials_to_3pct"], 1 if s["trials_to_3pct"]["median"] % 1 else 0),
+                _fmt(s["seconds_to_3pct"]),
+                ratio,
+                _fmt(s["over_limit_run"]),
+                f"{s['reached']}/{s['runs']}",
+                f"{s['recommends_over_limit']}/{s['runs']}",
+            ]
+        )
+    n, over = out["measured"], out["over_limit"]
+    head = (
+        f"Time to a recipe: {out['configurations']} configurations ({n} measured), memory limit "
+        f"{mib(out['memory_limit_bytes'])} ({over} of {n} over it, {over / n:.0%}), "
+        f"{out['within_3pct']} within 3 % of the best feasible ({out['best_feasible']['tokens_per_sec']:.0f} tok/s); "
+        f"every configuration once: {out['seconds_every_configuration']:.0f} s; {out['seeds']} seeds, "
+        f"median [IQR], n.r. = not reached within {out['max_trials']} trials\n"
+    )
+    table = md_table(
+        [
+            "strategy",
+            "trials to 3 %",
+            "wall s to 3 %",
+            "s vs random",
+            "over-limit configs run",
+            "reached",
+            "recommends over limit",
+        ],
+        rows,
+    )
+    return head + "\n" + table
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--sweep", default=str(DEFAULT_SWEEP))
+    p.add_argument("--memory-quantile", type=float, default=DEFAULT_QUANTILE, help="limit = this quantile of peaks")
+    p.add_argument("--memory-limit", type=int, default=None, help="memory limit in bytes (overrides the quantile)")
+    p.add_argument("--max-trials", type=int, default=None, help="default: twice the sweep's configurations")
+    p.add_argument("--strategies", nargs="+", choices=STRATEGY_NAMES, default=None, help="default: all")
+    args = p.parse_args()
+    sweep = Sweep.load(args.sweep)
+    out = run(
+        sweep,
+        args.seeds,
+        quantile_=args.memory_quantile,
+        limit=args.memory_limit,
+        max_trials=args.max_trials,
+        only=args.strategies,
+    )
+    print(json.dumps(out, indent=1) if args.json else markdown(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
