@@ -194,6 +194,14 @@ class _ProgressReporter:
     default=True,
     help="Do not start a new study with the configuration experts run on this device class.",
 )
+@click.option(
+    "--no-references",
+    "references",
+    flag_value=False,
+    default=True,
+    help="Do not open a new study with the baseline and checklist trials (the checklist compiles: tens of "
+    "seconds on a CPU). The summary and the recipe then report no speedup over them.",
+)
 @click.option("--worker", is_flag=True, hidden=True)  # a child of --devices: the parent prints the summary
 @json_option
 def search(
@@ -223,6 +231,7 @@ def search(
     until_converged,
     memory_model,
     expert_start,
+    references,
     worker,
     as_json,
 ) -> None:
@@ -266,6 +275,7 @@ def search(
         until_converged=until_converged,
         memory_model=memory_model,
         expert_start=expert_start,
+        references=references,
         worker=worker,
     )
     reporter = _ProgressReporter(

@@ -98,6 +98,9 @@ class SearchSettings:
     memory_model: bool = True
     # A new study starts with what experts run on this device class (search.expert_start).
     expert_start: bool = True
+    # A new study opens with the baseline and checklist trials (search.references): the
+    # speedups the summary and the recipe report are over them.
+    references: bool = True
     # Stop once the study has converged (search.convergence); --n-trials, if given, still caps it.
     until_converged: bool = False
     worker: bool = False  # one of several --devices workers on one study
@@ -360,7 +363,13 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
             enqueue_expert_start(study, ctx)
 
     study, is_new = open_study(
-        name, storage, ctx, seed=settings.seed, on_create=on_create, shared=is_shared(settings, url)
+        name,
+        storage,
+        ctx,
+        seed=settings.seed,
+        on_create=on_create,
+        shared=is_shared(settings, url),
+        references=settings.references,
     )
     if not is_new:
         ctx = check_rules(

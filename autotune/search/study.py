@@ -139,11 +139,13 @@ def open_study(
     seed: int | None = None,
     on_create: Callable[[optuna.Study], None] | None = None,
     shared: bool = False,
+    references: bool = True,
 ) -> tuple[optuna.Study, bool]:
     """Create the study, or resume it when it was made for the same hardware, model, data
     and space. Returns (study, is_new). `on_create(study)` runs as part of a new study's set-up
     (the expert start and a warm start enqueue their trials there), before the study is marked
     ready. `shared`: other workers sample it at the same time (see `make_sampler`).
+    `references`: a new study opens with the baseline and checklist trials.
 
     Race-free with many workers: only the one whose `create_study` succeeds sets the study
     up and enqueues the reference trials; the others get DuplicatedStudyError, load it and
@@ -158,7 +160,7 @@ def open_study(
             study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
         else:
             study.set_user_attr(CREATOR_ATTR, {"host": socket.gethostname(), "pid": os.getpid()})
-            _set_up(study, ctx, on_create)
+            _set_up(study, ctx, on_create, references)
             return study, True
     existing = _wait_until_ready(study)
     if existing is None:
@@ -170,7 +172,7 @@ def open_study(
         # Created, then its creator stopped before setting it up: finish the job.
         log.warning("study %r was created but never set up (its creator stopped early): setting it up now", name)
         with stops_deferred():
-            _set_up(study, ctx, on_create)
+            _set_up(study, ctx, on_create, references)
         return study, True
     if seed is not None:
         study.sampler = make_sampler(worker_seed(seed, len(study.trials)), shared=shared)
@@ -258,12 +260,18 @@ def worker_seed(seed: int, n_trials: int, pid: int | None = None) -> int:
     return (seed * 1_000_003 + n_trials * 7_919 + (os.getpid() if pid is None else pid)) % 2**32
 
 
-def _set_up(study: optuna.Study, ctx: StudyContext, on_create: Callable[[optuna.Study], None] | None = None) -> None:
+def _set_up(
+    study: optuna.Study,
+    ctx: StudyContext,
+    on_create: Callable[[optuna.Study], None] | None = None,
+    references: bool = True,
+) -> None:
     attrs = study_attrs(ctx)
     identity = attrs.pop(READY_ATTR)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
-    enqueue_references(study)
+    if references:
+        enqueue_references(study)
     if on_create is not None:
         on_create(study)
     study.set_user_attr(READY_ATTR, identity)  # last: the study is ready
