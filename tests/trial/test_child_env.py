@@ -17,7 +17,7 @@ def started_env(monkeypatch, cfg: TrainConfig, env: dict[str, str] | None = None
     """The environment run_trial starts its trial process with, without starting it."""
     seen: list[dict[str, str]] = []
 
-    def start(argv, child_env, output, fork):
+    def start(argv, child_env, output, fork, model):
         seen.append(child_env)
         raise Started
 
@@ -61,9 +61,9 @@ def test_run_trial_starts_the_child_with_it(monkeypatch):
     seen: list[dict[str, str]] = []
     real_start = runner._start
 
-    def recording_start(argv, env, output, fork):
+    def recording_start(argv, env, output, fork, model):
         seen.append(env)
-        return real_start(argv, env, output, fork)
+        return real_start(argv, env, output, fork, model)
 
     monkeypatch.setattr(runner, "_start", recording_start)
     spec = RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=2, min_time_s=0)
