@@ -11,10 +11,17 @@ seconds recorded for it (process + compile + timed: its wall time as a trial; a 
 configuration, reused as the tuner reuses it, and an unsupported one, pruned before a process
 starts, cost 0) and is recorded on the study as the tuner's Objective records it.
 
-Strategies (STRATEGIES):
-  tpe            the tuner's sampler (autotune.search.study.make_sampler), memory constraint recorded
-  tpe-unconstr   the same TPE with no constraint recorded: over-limit configurations look as good as their speed
-  gp             Optuna's GPSampler (constrained logEI: it reads the recorded constraint)
+Strategies (`strategies()`; DEFAULT runs unless --strategies names others):
+  tuner          the tuner as shipped: its sampler (autotune.search.study.make_sampler: TPE), the
+                 objective's memory model, the expert start, and --until-converged (`TunerHooks`)
+  tuner -memory, tuner -expert, tuner -converged
+                 the tuner with that item left out (-converged: run until the target)
+  tuner-gp       (on request) the tuner with Optuna's GPSampler for TPE; with -converged too
+  tuner-tpe10 -converged, tuner-tpe-group -converged
+                 (on request) the tuner with TPE's 10 start-up trials; with group=True
+  tpe            the tuner's sampler alone, memory constraint recorded
+  tpe-unconstr   (on request) the same TPE with no constraint recorded
+  gp             (on request) Optuna's GPSampler alone (constrained logEI on the recorded constraint)
   random         Optuna's RandomSampler
   grid           every configuration once, in an order shuffled per seed (a `propose` hook)
 
@@ -26,8 +33,8 @@ ends at the target, when a strategy's `stop` hook says so, or after --max-trials
 as many as the sweep has configurations); one that never reached the target counts as infinite in
 the medians and shows in `reached`. Medians and interquartile ranges over --seeds seeds.
 
-The tuner's own additions plug in as strategies: `Strategy(name, make_sampler, skip=...,
-propose=..., stop=...)` added to STRATEGIES (see _replay.py for the hooks' contracts)."""
+Other strategies plug in as `Strategy(name, sampler, skip=..., propose=..., stop=...)` passed as
+`run(..., extra=[...])` (see _replay.py for the hooks' contracts)."""
 
 from __future__ import annotations
 
@@ -36,6 +43,7 @@ import json
 import math
 import random
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,13 +95,18 @@ def grid_order(sweep: Sweep) -> Callable[[History], dict[str, Any] | None]:
     return propose
 
 
+def one_torch_thread() -> None:
+    """GPSampler fits its model with torch. Its matrices are tiny (one row per trial): more
+    threads add only synchronization, and on a shared machine each waits for a descheduled
+    sibling (3x slower on 2 busy cores). Imported here, when a GP strategy runs, not before."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 def gp_sampler(seed: int) -> optuna.samplers.BaseSampler:
     """Optuna's GPSampler as the replay runs it: constrained logEI on the recorded constraint."""
-    import torch  # GPSampler fits its model with torch
-
-    # Its matrices are tiny (one row per trial): more threads add only synchronization,
-    # and on a shared machine each waits for a descheduled sibling (3x slower on 2 busy cores).
-    torch.set_num_threads(1)
+    one_torch_thread()
     # Conditional params (compile_mode in a slice, a checkpoint placement for partial counts)
     # fall to GP's independent sampler, as the tuner's space would; said once here, not per trial.
     return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
@@ -162,6 +175,7 @@ def tuner(
 
 
 def strategies(sweep: Sweep) -> dict[str, Strategy]:
+    """Every strategy, in the table's order. `DEFAULT` runs by default; the others on request."""
     random_ = lambda seed: optuna.samplers.RandomSampler(seed=seed)  # noqa: E731
     pool = [
         tuner(sweep),
@@ -184,13 +198,19 @@ def strategies(sweep: Sweep) -> dict[str, Strategy]:
             without=["converged"],
             about="the tuner with TPE group=True (conditional params modelled per group), run to the target",
         ),
-        Strategy("tpe", make_sampler, about="the tuner's sampler, constraint recorded"),
+        Strategy("tpe", make_sampler, about="the tuner's sampler alone, constraint recorded"),
         Strategy("tpe-unconstr", make_sampler, constraints=False, about="TPE, no constraint"),
-        Strategy("gp", gp_sampler, about="Optuna's GPSampler, constraint recorded"),
+        Strategy("gp", gp_sampler, about="Optuna's GPSampler alone, constraint recorded"),
         Strategy("random", random_, about="random"),
         Strategy("grid", random_, propose=grid_order(sweep), about="every configuration once, shuffled per seed"),
     ]
     return {s.name: s for s in pool}
+
+
+# The table's strategies by default, about a minute at 20 seeds: the tuner, each of its items left
+# out, its TPE alone, and the baselines. The rest (GP's fits take minutes; the TPE settings were
+# explored once) run with --strategies; benchmarks/README.md has their figures.
+DEFAULT = ("tuner", "tuner -memory", "tuner -expert", "tuner -converged", "tpe", "random", "grid")
 
 
 def summarize(runs: Sequence[Run], limit: int, best: float) -> dict[str, Any]:
@@ -242,7 +262,7 @@ def run(
     over = [r for r in records if over_limit(r, limit)]
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     pool = {**strategies(sweep), **{s.name: s for s in extra}}
-    chosen = {name: pool[name] for name in (only or pool)}
+    chosen = {name: pool[name] for name in (only or [*DEFAULT, *(s.name for s in extra)])}
     max_trials = max_trials or MAX_TRIALS_FACTOR * len(records)
     costs = [trial_cost(r) for r in records]
     out: dict[str, Any] = {
@@ -262,11 +282,13 @@ def run(
         "strategies": {},
     }
     for name, strategy in chosen.items():
+        started = time.perf_counter()
         runs = run_seeds(sweep, strategy, seeds, limit=limit, target=target, max_trials=max_trials)
         out["strategies"][name] = {
             "about": strategy.about,
             "stop_rule": strategy.stop is not None,
             **summarize(runs, limit, best["tokens_per_sec"]),
+            "replay_s": round(time.perf_counter() - started, 1),  # what replaying it took here
         }
     return out
 
@@ -335,7 +357,8 @@ def main() -> int:
     p.add_argument("--memory-quantile", type=float, default=DEFAULT_QUANTILE, help="limit = this quantile of peaks")
     p.add_argument("--memory-limit", type=int, default=None, help="memory limit in bytes (overrides the quantile)")
     p.add_argument("--max-trials", type=int, default=None, help="default: twice the sweep's configurations")
-    p.add_argument("--strategies", nargs="+", default=None, help="names as in the table (default: all)")
+    names = ", ".join(DEFAULT)
+    p.add_argument("--strategies", nargs="+", default=None, help=f"names as in the table (default: {names})")
     p.add_argument("--quick", action="store_true", help=f"{QUICK_SEEDS} seeds (a smoke run; the table uses 20)")
     args = p.parse_args()
     sweep = Sweep.load(args.sweep)
