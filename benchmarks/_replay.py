@@ -16,8 +16,9 @@ replay loop:
 
   propose(history) -> params | None   params to run next instead of the sampler's choice
                                       (enqueued, as the tuner enqueues its reference trials)
-  skip(history, cfg) -> float | None  a predicted peak (bytes) for a configuration not to run:
-                                      it costs nothing and is recorded infeasible, with the
+  skip(history, cfg) -> prediction    a predicted peak (bytes, or a memory_model.MemoryPrediction)
+                                      for a configuration not to run, or None to run it: it
+                                      costs nothing and is recorded infeasible, with the
                                       predicted constraint, so the sampler learns from it
   stop(history) -> str | None         why to stop now (after each trial), or None to go on
 
@@ -137,7 +138,7 @@ class History:
 
 
 Propose = Callable[[History], "dict[str, Any] | None"]
-Skip = Callable[[History, TrainConfig], "float | None"]
+Skip = Callable[[History, TrainConfig], Any]  # a peak in bytes or a MemoryPrediction; None: run it
 Stop = Callable[[History], "str | None"]
 
 
@@ -186,6 +187,12 @@ class Run:
         upto = self.steps if step is None else self.steps[: step.number + 1]
         return sum(s.over_limit for s in upto)
 
+    def skipped(self) -> int:
+        """Configurations the memory model skipped, until the target was reached (or the end)."""
+        step = self.first_good()
+        upto = self.steps if step is None else self.steps[: step.number + 1]
+        return sum(s.fate == "skipped" for s in upto)
+
     @property
     def seconds(self) -> float:
         return sum(s.cost_s for s in self.steps)
@@ -208,7 +215,7 @@ def replay(
         stop_at_target = strategy.stop is None
     study = optuna.create_study(direction="maximize", sampler=strategy.sampler(seed))
     history = History(sweep, seed, limit, target, study)
-    done: set[str] = set()  # configurations completed: a re-proposal reuses them
+    done: dict[str, int] = {}  # configurations completed, and their trial: a re-proposal reuses them
     stopped = "max_trials"
     for number in range(max_trials):
         if strategy.propose is not None and (params := strategy.propose(history)) is not None:
@@ -241,40 +248,66 @@ def _tell(
     number: int,
     history: History,
     strategy: Strategy,
-    done: set[str],
+    done: dict[str, int],
 ) -> Step:
-    """Record the trial on the study as the tuner's Objective would, and say what it cost."""
+    """Record the trial on the study as the tuner's Objective would (its state, value and
+    constraint, and the user attrs the tuner's memory model and convergence rule read: config,
+    outcome, peak_memory_bytes, measurement.step_time_cv, duplicate_of), and say what it cost.
+    The outcome is decided against the replay's limit, as `outcomes.decide_measured` would."""
     limit = history.limit
     trial.set_user_attr("config_key", key)
+    trial.set_user_attr("config", cfg.to_dict())
     if rec["outcome"] == outcomes.UNSUPPORTED or history.sweep.space.violation(cfg):
+        trial.set_user_attr("outcome", outcomes.UNSUPPORTED)
         study.tell(trial, state=TrialState.PRUNED)
         return Step(number, key, rec, "pruned", 0.0, False, False)
     reused = key in done
     if not reused and strategy.skip is not None and (predicted := strategy.skip(history, cfg)) is not None:
+        peak, constraint = _prediction(predicted, limit)
+        trial.set_user_attr("outcome", outcomes.PREDICTED_OVER_LIMIT)
+        trial.set_user_attr("predicted_peak_memory_bytes", peak)
         if strategy.constraints:
-            trial.set_constraint("memory", max((predicted - limit) / limit, 1e-6))
+            trial.set_constraint("memory", constraint)
         study.tell(trial, 0.0)
-        return Step(number, key, rec, "skipped", 0.0, False, False, predicted_peak=int(predicted))
+        return Step(number, key, rec, "skipped", 0.0, False, False, predicted_peak=peak)
+    if reused:
+        trial.set_user_attr("duplicate_of", done[key])
     cost = 0.0 if reused else trial_cost(rec)
     fate = "reused" if reused else "run"
     ran_over = not reused and over_limit(rec, limit)
+    if rec.get("peak_memory_bytes") is not None:
+        trial.set_user_attr("peak_memory_bytes", rec["peak_memory_bytes"])
+    if rec.get("step_time_cv") is not None:
+        trial.set_user_attr("measurement", {"step_time_cv": rec["step_time_cv"]})
     if measured(rec):
         fits = rec["peak_memory_bytes"] <= limit
+        trial.set_user_attr("outcome", outcomes.OK if fits else outcomes.OVER_MEMORY_LIMIT)
+        trial.set_user_attr("tokens_per_sec", rec["tokens_per_sec"])
         if strategy.constraints:
             trial.set_constraint("memory", (rec["peak_memory_bytes"] - limit) / limit)
         study.tell(trial, rec["tokens_per_sec"])
-        done.add(key)
+        done.setdefault(key, trial.number)
         good = fate == "run" and fits and rec["tokens_per_sec"] >= history.target
         return Step(number, key, rec, fate, cost, ran_over, good)
+    trial.set_user_attr("outcome", rec["outcome"])
     if rec["outcome"] == outcomes.OOM:
         if strategy.constraints:
             trial.set_constraint("memory", 1.0)
         study.tell(trial, 0.0)
-        done.add(key)
+        done.setdefault(key, trial.number)
         return Step(number, key, rec, fate, cost, ran_over, False)
     state = TrialState.PRUNED if rec["outcome"] == outcomes.DIVERGED else TrialState.FAIL
     study.tell(trial, state=state)  # not reused by the tuner: a re-proposal runs again
     return Step(number, key, rec, "run", trial_cost(rec), False, False)
+
+
+def _prediction(predicted: Any, limit: int) -> tuple[int, float]:
+    """(predicted peak, constraint to record) from a `skip` hook's answer: a
+    `search.memory_model.MemoryPrediction` (its own constraint, as the objective records it) or
+    a peak in bytes."""
+    if hasattr(predicted, "constraint"):
+        return int(predicted.peak_bytes), predicted.constraint(limit)
+    return int(predicted), max((predicted - limit) / limit, 1e-6)
 
 
 def _recommended(study: optuna.Study, sweep: Sweep) -> dict[str, Any] | None:

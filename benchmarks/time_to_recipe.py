@@ -11,10 +11,17 @@ seconds recorded for it (process + compile + timed: its wall time as a trial; a 
 configuration, reused as the tuner reuses it, and an unsupported one, pruned before a process
 starts, cost 0) and is recorded on the study as the tuner's Objective records it.
 
-Strategies (STRATEGIES):
-  tpe            the tuner's sampler (autotune.search.study.make_sampler), memory constraint recorded
-  tpe-unconstr   the same TPE with no constraint recorded: over-limit configurations look as good as their speed
-  gp             Optuna's GPSampler (constrained logEI: it reads the recorded constraint)
+Strategies (`strategies()`; DEFAULT runs unless --strategies names others):
+  tuner          the tuner as shipped: its sampler (autotune.search.study.make_sampler: TPE), the
+                 objective's memory model, the expert start, and --until-converged (`TunerHooks`)
+  tuner -memory, tuner -expert, tuner -converged
+                 the tuner with that item left out (-converged: run until the target)
+  tuner-gp       (on request) the tuner with Optuna's GPSampler for TPE; with -converged too
+  tuner-tpe10 -converged, tuner-tpe-group -converged
+                 (on request) the tuner with TPE's 10 start-up trials; with group=True
+  tpe            the tuner's sampler alone, memory constraint recorded
+  tpe-unconstr   (on request) the same TPE with no constraint recorded
+  gp             (on request) Optuna's GPSampler alone (constrained logEI on the recorded constraint)
   random         Optuna's RandomSampler
   grid           every configuration once, in an order shuffled per seed (a `propose` hook)
 
@@ -26,8 +33,8 @@ ends at the target, when a strategy's `stop` hook says so, or after --max-trials
 as many as the sweep has configurations); one that never reached the target counts as infinite in
 the medians and shows in `reached`. Medians and interquartile ranges over --seeds seeds.
 
-The tuner's own additions plug in as strategies: `Strategy(name, make_sampler, skip=...,
-propose=..., stop=...)` added to STRATEGIES (see _replay.py for the hooks' contracts)."""
+Other strategies plug in as `Strategy(name, sampler, skip=..., propose=..., stop=...)` passed as
+`run(..., extra=[...])` (see _replay.py for the hooks' contracts)."""
 
 from __future__ import annotations
 
@@ -36,6 +43,9 @@ import json
 import math
 import random
 import sys
+import time
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -57,6 +67,10 @@ from _replay import (
     trial_cost,
 )
 
+from autotune.device.info import DeviceInfo
+from autotune.search.convergence import StopWhenConverged, space_dimensions
+from autotune.search.expert_start import expert_configs
+from autotune.search.memory_model import skip_prediction
 from autotune.search.study import make_sampler
 
 DEFAULT_SWEEP = Path(__file__).resolve().parent / "data" / "cpu_gpt2_tiny_sweep_large.json"
@@ -64,7 +78,7 @@ DEFAULT_QUANTILE = 0.7  # the heaviest ~30 % of measured configurations are over
 # Runs stop after this many times the sweep's configurations: random search (with replacement)
 # then misses a lone within-3 % configuration in e^-2 ~ 14 % of runs, rather than e^-1 ~ 37 %.
 MAX_TRIALS_FACTOR = 2
-STRATEGY_NAMES = ("tpe", "tpe-unconstr", "gp", "random", "grid")  # the order of the table
+QUICK_SEEDS = 3
 
 
 def grid_order(sweep: Sweep) -> Callable[[History], dict[str, Any] | None]:
@@ -81,29 +95,122 @@ def grid_order(sweep: Sweep) -> Callable[[History], dict[str, Any] | None]:
     return propose
 
 
+def one_torch_thread() -> None:
+    """GPSampler fits its model with torch. Its matrices are tiny (one row per trial): more
+    threads add only synchronization, and on a shared machine each waits for a descheduled
+    sibling (3x slower on 2 busy cores). Imported here, when a GP strategy runs, not before."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def gp_sampler(seed: int) -> optuna.samplers.BaseSampler:
+    """Optuna's GPSampler as the replay runs it: constrained logEI on the recorded constraint."""
+    one_torch_thread()
+    # Conditional params (compile_mode in a slice, a checkpoint placement for partial counts)
+    # fall to GP's independent sampler, as the tuner's space would; said once here, not per trial.
+    return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
+
+
+def tpe_with(**settings: Any) -> Callable[[int], optuna.samplers.BaseSampler]:
+    """The tuner's TPE with other settings (a sampler to compare, not the one shipped)."""
+
+    def sampler(seed: int) -> optuna.samplers.BaseSampler:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # group=True
+            return optuna.samplers.TPESampler(seed=seed, constant_liar=False, **settings)
+
+    return sampler
+
+
+def sweep_device(sweep: Sweep) -> DeviceInfo:
+    """The device the sweep was recorded on (a CPU where the file does not say)."""
+    device = sweep.meta.get("device")
+    return DeviceInfo.from_dict(device) if device else DeviceInfo(kind="cpu", name="cpu")
+
+
+@dataclass(frozen=True)
+class TunerHooks:
+    """Issue 15's items 1-3 as the tuner runs them, through the package's own functions:
+    `skip` is the objective's memory model (memory_model.skip_prediction on the study's trials,
+    against the limit), `propose` the expert start (expert_start.expert_configs for the sweep's
+    device and space, first, as a new study enqueues it), `stop` --until-converged
+    (convergence.StopWhenConverged on the study, K and the noise from its own trials)."""
+
+    sweep: Sweep
+
+    def skip(self, history: History, cfg: Any) -> Any:
+        trials = history.study.get_trials(deepcopy=False)
+        return skip_prediction(trials, cfg.to_dict(), history.limit, device_kind=sweep_device(self.sweep).kind)
+
+    def propose(self, history: History) -> dict[str, Any] | None:
+        configs = expert_configs(sweep_device(self.sweep), self.sweep.space)
+        n = len(history.steps)
+        return configs[n] if n < len(configs) else None
+
+    def stop(self, history: History) -> str | None:
+        rule = StopWhenConverged(space_dimensions(self.sweep.space)).check(history.study)
+        return None if rule is None else f"converged: {rule.describe()}"
+
+
+def tuner(
+    sweep: Sweep,
+    name: str = "tuner",
+    sampler: Callable[[int], optuna.samplers.BaseSampler] = make_sampler,
+    *,
+    without: Sequence[str] = (),
+    about: str = "",
+) -> Strategy:
+    """The tuner as shipped (`sampler`, memory model, expert start, until converged), less the
+    items named in `without` ("memory", "expert", "converged")."""
+    hooks = TunerHooks(sweep)
+    return Strategy(
+        name,
+        sampler,
+        skip=None if "memory" in without else hooks.skip,
+        propose=None if "expert" in without else hooks.propose,
+        stop=None if "converged" in without else hooks.stop,
+        about=about or f"{name}: the tuner's sampler, memory model, expert start, until converged",
+    )
+
+
 def strategies(sweep: Sweep) -> dict[str, Strategy]:
-    def gp(seed: int) -> optuna.samplers.BaseSampler:
-        import torch  # GPSampler fits its model with torch
-
-        # Its matrices are tiny (one row per trial): more threads add only synchronization,
-        # and on a shared machine each waits for a descheduled sibling (3x slower on 2 busy cores).
-        torch.set_num_threads(1)
-        # Conditional params (compile_mode in a slice, a checkpoint placement for partial counts)
-        # fall to GP's independent sampler, as the tuner's space would; said once here, not per trial.
-        return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
-
-    return {
-        "tpe": Strategy("tpe", make_sampler, about="the tuner's sampler, constraint recorded"),
-        "tpe-unconstr": Strategy("tpe-unconstr", make_sampler, constraints=False, about="TPE, no constraint"),
-        "gp": Strategy("gp", gp, about="Optuna's GPSampler, constraint recorded"),
-        "random": Strategy("random", lambda seed: optuna.samplers.RandomSampler(seed=seed), about="random"),
-        "grid": Strategy(
-            "grid",
-            lambda seed: optuna.samplers.RandomSampler(seed=seed),
-            propose=grid_order(sweep),
-            about="every configuration once, shuffled per seed",
+    """Every strategy, in the table's order. `DEFAULT` runs by default; the others on request."""
+    random_ = lambda seed: optuna.samplers.RandomSampler(seed=seed)  # noqa: E731
+    pool = [
+        tuner(sweep),
+        tuner(sweep, "tuner -memory", without=["memory"], about="the tuner without its memory model"),
+        tuner(sweep, "tuner -expert", without=["expert"], about="the tuner without its expert start"),
+        tuner(sweep, "tuner -converged", without=["converged"], about="the tuner, run to the target"),
+        tuner(sweep, "tuner-gp", gp_sampler, about="the tuner with GPSampler for TPE"),
+        tuner(sweep, "tuner-gp -converged", gp_sampler, without=["converged"], about="tuner-gp, run to the target"),
+        tuner(
+            sweep,
+            "tuner-tpe10 -converged",
+            tpe_with(n_startup_trials=10),
+            without=["converged"],
+            about="the tuner with TPE's 10 start-up trials (Optuna's default), run to the target",
         ),
-    }
+        tuner(
+            sweep,
+            "tuner-tpe-group -converged",
+            tpe_with(n_startup_trials=5, group=True),
+            without=["converged"],
+            about="the tuner with TPE group=True (conditional params modelled per group), run to the target",
+        ),
+        Strategy("tpe", make_sampler, about="the tuner's sampler alone, constraint recorded"),
+        Strategy("tpe-unconstr", make_sampler, constraints=False, about="TPE, no constraint"),
+        Strategy("gp", gp_sampler, about="Optuna's GPSampler alone, constraint recorded"),
+        Strategy("random", random_, about="random"),
+        Strategy("grid", random_, propose=grid_order(sweep), about="every configuration once, shuffled per seed"),
+    ]
+    return {s.name: s for s in pool}
+
+
+# The table's strategies by default, about a minute at 20 seeds: the tuner, each of its items left
+# out, its TPE alone, and the baselines. The rest (GP's fits take minutes; the TPE settings were
+# explored once) run with --strategies; benchmarks/README.md has their figures.
+DEFAULT = ("tuner", "tuner -memory", "tuner -expert", "tuner -converged", "tpe", "random", "grid")
 
 
 def summarize(runs: Sequence[Run], limit: int, best: float) -> dict[str, Any]:
@@ -120,10 +227,14 @@ def summarize(runs: Sequence[Run], limit: int, best: float) -> dict[str, Any]:
         "trials_to_3pct": stats([r.trials_to_target() for r in runs]),
         "seconds_to_3pct": stats([r.seconds_to_target() for r in runs]),
         "over_limit_run": stats([r.over_limit_run() for r in runs]),
-        "skipped": stats([sum(s.fate == "skipped" for s in r.steps) for r in runs]),
+        "skipped": stats([r.skipped() for r in runs]),
         "seconds_total": stats([r.seconds for r in runs]),
         "trials_total": stats([len(r.steps) for r in runs]),
         "recommends_over_limit": sum(rec is not None and over_limit(rec, limit) for rec in recommended),
+        "recommends_within_3pct": sum(
+            rec is not None and not over_limit(rec, limit) and rec["tokens_per_sec"] >= (1 - TOLERANCE) * best
+            for rec in recommended
+        ),
         "recommends_nothing": sum(rec is None for rec in recommended),
         # how far below the best feasible the recommendation is, where it fits
         "recommendation_shortfall": stats(
@@ -151,7 +262,7 @@ def run(
     over = [r for r in records if over_limit(r, limit)]
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     pool = {**strategies(sweep), **{s.name: s for s in extra}}
-    chosen = {name: pool[name] for name in (only or pool)}
+    chosen = {name: pool[name] for name in (only or [*DEFAULT, *(s.name for s in extra)])}
     max_trials = max_trials or MAX_TRIALS_FACTOR * len(records)
     costs = [trial_cost(r) for r in records]
     out: dict[str, Any] = {
@@ -171,8 +282,14 @@ def run(
         "strategies": {},
     }
     for name, strategy in chosen.items():
+        started = time.perf_counter()
         runs = run_seeds(sweep, strategy, seeds, limit=limit, target=target, max_trials=max_trials)
-        out["strategies"][name] = {"about": strategy.about, **summarize(runs, limit, best["tokens_per_sec"])}
+        out["strategies"][name] = {
+            "about": strategy.about,
+            "stop_rule": strategy.stop is not None,
+            **summarize(runs, limit, best["tokens_per_sec"]),
+            "replay_s": round(time.perf_counter() - started, 1),  # what replaying it took here
+        }
     return out
 
 
@@ -189,6 +306,7 @@ def markdown(out: dict[str, Any]) -> str:
     for name, s in out["strategies"].items():
         seconds = s["seconds_to_3pct"]["median"]
         ratio = "-" if math.isinf(random_s) or math.isinf(seconds) else f"{seconds / random_s:.2f}"
+        ruled = s["stop_rule"]  # ran until its own rule stopped it: what it cost, and what it then recommends
         rows.append(
             [
                 name,
@@ -196,8 +314,12 @@ def markdown(out: dict[str, Any]) -> str:
                 _fmt(s["seconds_to_3pct"]),
                 ratio,
                 _fmt(s["over_limit_run"]),
+                _fmt(s["skipped"]),
                 f"{s['reached']}/{s['runs']}",
                 f"{s['recommends_over_limit']}/{s['runs']}",
+                _fmt(s["trials_total"]) if ruled else "-",
+                _fmt(s["seconds_total"]) if ruled else "-",
+                f"{s['recommends_within_3pct']}/{s['runs']}" if ruled else "-",
             ]
         )
     n, over = out["measured"], out["over_limit"]
@@ -215,8 +337,12 @@ def markdown(out: dict[str, Any]) -> str:
             "wall s to 3 %",
             "s vs random",
             "over-limit configs run",
+            "skipped",
             "reached",
             "recommends over limit",
+            "trials to stop",
+            "wall s to stop",
+            "stops within 3 %",
         ],
         rows,
     )
@@ -231,12 +357,17 @@ def main() -> int:
     p.add_argument("--memory-quantile", type=float, default=DEFAULT_QUANTILE, help="limit = this quantile of peaks")
     p.add_argument("--memory-limit", type=int, default=None, help="memory limit in bytes (overrides the quantile)")
     p.add_argument("--max-trials", type=int, default=None, help="default: twice the sweep's configurations")
-    p.add_argument("--strategies", nargs="+", choices=STRATEGY_NAMES, default=None, help="default: all")
+    names = ", ".join(DEFAULT)
+    p.add_argument("--strategies", nargs="+", default=None, help=f"names as in the table (default: {names})")
+    p.add_argument("--quick", action="store_true", help=f"{QUICK_SEEDS} seeds (a smoke run; the table uses 20)")
     args = p.parse_args()
     sweep = Sweep.load(args.sweep)
+    unknown = sorted(set(args.strategies or ()) - set(strategies(sweep)))
+    if unknown:
+        p.error(f"unknown strategies {unknown}; choose from {sorted(strategies(sweep))}")
     out = run(
         sweep,
-        args.seeds,
+        QUICK_SEEDS if args.quick else args.seeds,
         quantile_=args.memory_quantile,
         limit=args.memory_limit,
         max_trials=args.max_trials,

@@ -156,13 +156,20 @@ class StopWhenConverged:
     trials_seen: int = 0
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if self.check(study) is not None:
+            log.info("converged after %d finished trials: %s", self.trials_seen, self.fired.describe())
+            study.stop()
+
+    def check(self, study: optuna.Study) -> ConvergenceRule | None:
+        """The study's rule when it holds now (and remembered in `fired`), else None. The sweep
+        replay (benchmarks/time_to_recipe.py) asks this after each replayed trial."""
         trials = study.get_trials(deepcopy=False)
         rule = rule_for(trials, self.n_dimensions, confirmation_repeats(study.user_attrs, trials))
         values = feasible_values(trials)
-        if rule.converged(values):
-            self.fired, self.trials_seen = rule, len(values)
-            log.info("converged after %d finished trials: %s", len(values), rule.describe())
-            study.stop()
+        if not rule.converged(values):
+            return None
+        self.fired, self.trials_seen = rule, len(values)
+        return rule
 
 
 # --- why a search stopped ------------------------------------------------------------------------

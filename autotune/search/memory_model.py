@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.measure import outcomes
 from autotune.units import format_bytes
@@ -105,6 +105,19 @@ def observations_from_trials(trials: Iterable[FrozenTrial]) -> list[MemoryObserv
         if over or (peak is not None and outcome in outcomes.MEASURED_MEMORY):
             found.append(MemoryObservation(dict(config), peak if isinstance(peak, int) else None, over, t.number))
     return found
+
+
+def skip_prediction(
+    trials: Iterable[FrozenTrial], params: Mapping[str, Any], limit_bytes: int, *, device_kind: str
+) -> MemoryPrediction | None:
+    """The prediction on which a study skips configuration `params` (knob values), or None when
+    it runs: what the objective asks before every sampled trial, and what the sweep replay
+    (benchmarks/time_to_recipe.py) asks in its place. `trials`: the study's trials (those not
+    finished say nothing). Host-only knobs share a family on a GPU (HOST_ONLY_KNOBS)."""
+    done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    ignore = HOST_ONLY_KNOBS if device_kind == "cuda" else ()
+    prediction = predict_peak(observations_from_trials(done), params, limit_bytes, ignore=ignore)
+    return prediction if prediction is not None and prediction.over_limit_by_clear_margin else None
 
 
 def family_key(params: Mapping[str, Any], ignore: Iterable[str] = ()) -> tuple:

@@ -20,7 +20,7 @@ from autotune.knobs.support import check_supported
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.search.confirm import objective_value
-from autotune.search.memory_model import HOST_ONLY_KNOBS, observations_from_trials, predict_peak
+from autotune.search.memory_model import skip_prediction
 from autotune.search.references import reference_config
 from autotune.search.sampling import suggest
 from autotune.search.study import StudyContext
@@ -81,10 +81,9 @@ class Objective:
         say so by a clear margin; False (and nothing recorded) otherwise. The reference trials
         are never skipped: they are the yardsticks of every study."""
         limit = self.ctx.memory_limit_bytes
-        done = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-        ignore = HOST_ONLY_KNOBS if self.ctx.device.kind == "cuda" else ()
-        prediction = predict_peak(observations_from_trials(done), cfg.to_dict(), limit, ignore=ignore)
-        if prediction is None or not prediction.over_limit_by_clear_margin:
+        trials = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        prediction = skip_prediction(trials, cfg.to_dict(), limit, device_kind=self.ctx.device.kind)
+        if prediction is None:
             return False
         outcome, reason = outcomes.skipped_over_limit(prediction.peak_bytes, limit, prediction.basis)
         trial.set_user_attr("outcome", outcome)
