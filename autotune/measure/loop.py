@@ -122,24 +122,7 @@ class _Run:
         with fp32_precision(self.cfg.amp_dtype), self.events:
             t = time.perf_counter()
             torch.manual_seed(self.spec.seed)
-            self.session.start()
-            model, seq_len = self._build_model()
-            optimizer = make_optimizer(model, self.device)
-            scaler = grad_scaler(self.kind, self.cfg.amp_dtype)
-            dataset = make_dataset(
-                self.spec.data, vocab_size=self.shape.vocab_size, seq_len=seq_len, seed=self.spec.seed
-            )
-            loader = build_dataloader(dataset, self.cfg, seq_len=seq_len, seed=self.spec.seed)
-            batches = endless_batches(loader)
-            step = make_train_step(
-                model,
-                optimizer,
-                scaler,
-                device=self.device,
-                device_kind=self.kind,
-                cfg=self.cfg,
-                accumulation_steps=self.accumulation,
-            )
+            model, loader, batches, step = self._set_up()
             self.phase["setup"] = time.perf_counter() - t
             try:
                 t = time.perf_counter()
@@ -158,6 +141,26 @@ class _Run:
             return self._result(model, window, warm)
 
     # --- set-up ---------------------------------------------------------------------------
+
+    def _set_up(self) -> tuple[nn.Module, DataLoader, Iterator, Callable]:
+        """The session, the model with its knobs, the optimizer, the data and the train step:
+        what every run of this loop (a measurement, a soak) steps with."""
+        self.session.start()
+        model, seq_len = self._build_model()
+        optimizer = make_optimizer(model, self.device)
+        scaler = grad_scaler(self.kind, self.cfg.amp_dtype)
+        dataset = make_dataset(self.spec.data, vocab_size=self.shape.vocab_size, seq_len=seq_len, seed=self.spec.seed)
+        loader = build_dataloader(dataset, self.cfg, seq_len=seq_len, seed=self.spec.seed)
+        step = make_train_step(
+            model,
+            optimizer,
+            scaler,
+            device=self.device,
+            device_kind=self.kind,
+            cfg=self.cfg,
+            accumulation_steps=self.accumulation,
+        )
+        return model, loader, endless_batches(loader), step
 
     def _build_model(self) -> tuple[nn.Module, int]:
         model = build_model(self.spec.model)

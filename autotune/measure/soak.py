@@ -13,16 +13,14 @@ from typing import Any, Mapping
 import torch
 
 from autotune.config import IGNORE_INDEX, RunSpec, TrainConfig
-from autotune.data.batching import build_dataloader, distinct_batch_shapes
-from autotune.data.datasets import make_dataset
+from autotune.data.batching import distinct_batch_shapes
 from autotune.device import DeviceInfo, ProcessTreeMemory, describe
 from autotune.errors import UsageError
-from autotune.knobs.precision import fp32_precision, grad_scaler
+from autotune.knobs.precision import fp32_precision
 from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.measure import outcomes
 from autotune.measure.cuda import session_for
 from autotune.measure.loop import _Run, measured_device
-from autotune.measure.step import endless_batches, make_optimizer, make_train_step
 
 SOAK_WINDOWS = 10  # throughput and memory are reported this many times over the run
 
@@ -83,25 +81,7 @@ class _Soak(_Run):
     def soak(self, steps: int | None) -> SoakRun:
         with fp32_precision(self.cfg.amp_dtype), self.events:
             torch.manual_seed(self.spec.seed)
-            self.session.start()
-            model, seq_len = self._build_model()
-            # As in `_Run.execute`: the same optimizer, scaler, data and step.
-            optimizer = make_optimizer(model, self.device)
-            scaler = grad_scaler(self.kind, self.cfg.amp_dtype)
-            dataset = make_dataset(
-                self.spec.data, vocab_size=self.shape.vocab_size, seq_len=seq_len, seed=self.spec.seed
-            )
-            loader = build_dataloader(dataset, self.cfg, seq_len=seq_len, seed=self.spec.seed)
-            batches = endless_batches(loader)
-            step = make_train_step(
-                model,
-                optimizer,
-                scaler,
-                device=self.device,
-                device_kind=self.kind,
-                cfg=self.cfg,
-                accumulation_steps=self.accumulation,
-            )
+            _, loader, batches, step = self._set_up()  # as a measurement steps
             shapes = distinct_batch_shapes(loader)
             total = steps or len(loader)  # one epoch: every batch shape at least once
             total = -(-total // self.accumulation) * self.accumulation  # whole optimizer steps
