@@ -137,19 +137,37 @@ def workdir(tmp_path, monkeypatch) -> Path:
 # below). Only those the selected tests use are made: the fast tier makes none.
 
 PREFETCHED = ("gpu_check_run", "searched", "compare_studies", "journal_two_workers", "postgres_two_workers")
+# Under pytest-xdist (the project's default: -n auto in pyproject.toml), the tests reading one of
+# these share one worker, which makes it once: a group (`--dist loadgroup`) per fixture it needs.
+XDIST_GROUPS = {"compare_studies": "searched", "searched": "searched"}
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items) -> None:
-    """Tests that start no process first, then the other process tests, then those reading a
-    prefetched fixture: by then it is ready, or nearly. Stable within each group."""
+def _prefetched_group(item) -> str | None:
+    used = [name for name in PREFETCHED if name in item.fixturenames]
+    return XDIST_GROUPS.get(used[0], used[0]) if used else None
+
+
+def _in_xdist_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(config, items) -> None:
+    """The xdist groups, and the order. In one process: tests that start no process first, then
+    the other process tests, then those reading a prefetched fixture, made meanwhile in the
+    background: by then it is ready, or nearly. Under xdist the other way round: the longest
+    work first, so that no worker is left with it at the end while the other idles. Stable
+    within each group."""
 
     def group(item) -> int:
-        if set(PREFETCHED) & set(item.fixturenames):
+        if _prefetched_group(item) is not None:
             return 2
         return 1 if any(item.get_closest_marker(m) for m in ("process", "postgres", "compile")) else 0
 
-    items.sort(key=group)
+    for item in items:
+        if (name := _prefetched_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(name))
+    items.sort(key=group, reverse=_in_xdist_worker(config))
 
 
 class Background:
@@ -179,10 +197,16 @@ class Background:
         self.jobs[name] = self.executor.submit(job)
 
     def result(self, name: str, request, tmp_path_factory) -> Any:
-        """Fixture `name`: from the background when it was submitted there, else made now."""
-        if name in self.jobs:
-            return self.jobs[name].result()
-        return _JOBS[name](self, request, tmp_path_factory)()
+        """Fixture `name`: from the background when it was submitted there, else made now, once
+        (compare_studies reads searched in its job, the searched tests through their fixture)."""
+        if name not in self.jobs:
+            made: Future = Future()
+            self.jobs[name] = made
+            try:
+                made.set_result(_JOBS[name](self, request, tmp_path_factory)())
+            except BaseException as exc:
+                made.set_exception(exc)
+        return self.jobs[name].result()
 
     def close(self) -> None:
         with self.lock:
@@ -199,7 +223,9 @@ class Background:
 @pytest.fixture(scope="session", autouse=True)
 def background(request, tmp_path_factory) -> Background:
     bg = Background()
-    needed = set().union(*(item.fixturenames for item in request.session.items))
+    # An xdist worker runs the tests the scheduler hands it, not all it collected: it makes a
+    # fixture when a test first asks (the other worker keeps the second core busy meanwhile).
+    needed = set() if _in_xdist_worker(request.config) else set().union(*(i.fixturenames for i in request.session.items))
     for name in PREFETCHED:
         if name not in needed:
             continue
