@@ -202,6 +202,14 @@ class _ProgressReporter:
     help="Do not open a new study with the baseline and checklist trials (the checklist compiles: tens of "
     "seconds on a CPU). The summary and the recipe then report no speedup over them.",
 )
+@click.option(
+    "--no-confirm",
+    "confirm",
+    flag_value=False,
+    default=True,
+    help="Do not re-measure the leaders at the end (up to 3 more trials): the recipe is then the best single "
+    "run, which noise may have favoured. For quick looks.",
+)
 @click.option("--worker", is_flag=True, hidden=True)  # a child of --devices: the parent prints the summary
 @json_option
 def search(
@@ -232,6 +240,7 @@ def search(
     memory_model,
     expert_start,
     references,
+    confirm,
     worker,
     as_json,
 ) -> None:
@@ -276,6 +285,7 @@ def search(
         memory_model=memory_model,
         expert_start=expert_start,
         references=references,
+        confirm=confirm,
         worker=worker,
     )
     reporter = _ProgressReporter(

@@ -159,6 +159,8 @@ def worker_command(
         cmd.append("--until-converged")
     if not settings.memory_model:
         cmd.append("--no-memory-model")
+    if not settings.confirm:
+        cmd.append("--no-confirm")
     if settings.space:
         cmd += ["--space", str(settings.space)]
     if settings.seq_len is not None:

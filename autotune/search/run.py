@@ -101,6 +101,9 @@ class SearchSettings:
     # A new study opens with the baseline and checklist trials (search.references): the
     # speedups the summary and the recipe report are over them.
     references: bool = True
+    # Re-measure the leaders before the best becomes a recipe (search.confirm); off, the recipe
+    # is the best single run, as of a search stopped before its confirmation.
+    confirm: bool = True
     # Stop once the study has converged (search.convergence); --n-trials, if given, still caps it.
     until_converged: bool = False
     worker: bool = False  # one of several --devices workers on one study
@@ -430,7 +433,8 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
             callbacks=callbacks,
             gc_after_trial=False,
         )
-        confirm_leaders(study, summarize(study).leaders, ctx, reporter)
+        if settings.confirm:
+            confirm_leaders(study, summarize(study).leaders, ctx, reporter)
     except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
         stop = exc
     except sqlalchemy.exc.SQLAlchemyError as exc:  # a database that filled up or went away mid-study
