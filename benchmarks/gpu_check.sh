@@ -133,19 +133,23 @@ if [ "$DRY" = 1 ]; then
           --set num_workers=0 --set pin_memory=false --set token_budget=4096)
   # The baseline and the checklist only (the checklist compiles on the CPU: allow it time).
   SPACE="$ROOT/tests/spaces/tiny.yaml"; N_TRIALS=2; SEARCH_TIMEOUT=60; TRIAL_TIMEOUT=150
+  # No re-measurement of the leaders: it would compile the checklist on the CPU again, for
+  # figures a dry run does not have (the test suite covers the confirmation itself).
+  SEARCH_EXTRA=(--no-confirm)
 else
   MODEL=gpt2; DEVICE=cuda:0; RUN=(--warmup 3 --steps 10 --min-time 1)
   STRONG=(--batching packed --set amp_dtype=bfloat16 --set compile_mode=default --set compile_scope=model
           --set loss_impl=chunked --set sdpa_backend=flash --set num_workers=4 --set prefetch_factor=4 --set persistent_workers=true --set pin_memory=true
           --set token_budget=65536)
   SPACE="$ROOT/search_spaces/gpu_quick.yaml"; N_TRIALS=8; SEARCH_TIMEOUT=150; TRIAL_TIMEOUT=90
+  SEARCH_EXTRA=()
 fi
 
 run_step strong 130 "${AT[@]}" bench --model "$MODEL" --device "$DEVICE" "${RUN[@]}" "${STRONG[@]}" --json
 
 (cd "$OUT_DIR" && run_step search 280 "${AT[@]}" search --model "$MODEL" --device "$DEVICE" "${RUN[@]}" \
   --space "$SPACE" --n-trials "$N_TRIALS" --timeout "${SEARCH_TIMEOUT}s" --trial-timeout "${TRIAL_TIMEOUT}s" \
-  --study gpucheck --storage "sqlite:///$OUT_DIR/gpucheck.db" --recipe "$OUT_DIR/recipe.json" --json)
+  --study gpucheck --storage "sqlite:///$OUT_DIR/gpucheck.db" --recipe "$OUT_DIR/recipe.json" "${SEARCH_EXTRA[@]}" --json)
 
 if [ "$SKIP_CONFIRM" = 1 ]; then
   echo "--- verify: skipped (--skip-confirm)" >&2

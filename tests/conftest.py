@@ -27,6 +27,9 @@ from pathlib import Path
 # the cores are shared, OpenMP threads waiting on each other make a step several times slower.
 # Set before torch is imported. No test is about threads.
 os.environ["OMP_NUM_THREADS"] = "1"
+# The same for inductor's code generation: no pool of compile workers, started (seconds) in
+# every process that compiles, to share two cores already busy with the tests' own processes.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -285,6 +288,7 @@ def _compare_studies(bg: Background, request, tmp_path_factory) -> Callable[[], 
         )
         warm = [(t.number, t.user_attrs["config"]) for t in warm_start_candidates(load_ref(str(tmp / "a.db")), 5)]
         args = ["--model", "gpt2-tiny", *FAST, "--space", str(COMPARE_SPACE), "--n-trials", "3", "--seed", "1"]
+        args.append("--no-confirm")  # its best as run: `searched` has the confirmation's tests
         where = ["--storage", f"sqlite:///{tmp}/b.db", "--study", "b", "--recipe", str(tmp / "recipes" / "b.json")]
         done = finish(bg.start("search", *args, "--warm-start-from", str(tmp / "a.db"), *where, cwd=tmp))
         assert done.returncode == 0, done.stderr[-3000:]

@@ -458,7 +458,10 @@ def run_two_workers(url: str, cwd: Path, *extra: str, start=start_tuner, env: di
     """Two `autotune search` processes started together on one new study, TRIALS_PER_WORKER each."""
     study = f"two-{uuid.uuid4().hex[:6]}"
     started = time.monotonic()
-    procs = [start(*extra, *search_args(url, study, TRIALS_PER_WORKER), cwd=cwd, env=env) for _ in range(2)]
+    # --no-confirm: each tuner would re-measure the leaders at its end, the compiled checklist
+    # among them (tens of seconds on this CPU); these runs are about sharing one study.
+    args = search_args(url, study, TRIALS_PER_WORKER, "--no-confirm")
+    procs = [start(*extra, *args, cwd=cwd, env=env) for _ in range(2)]
     results = [finish(proc) for proc in procs]
     return TwoWorkers(url, study, results, cwd, time.monotonic() - started)
 

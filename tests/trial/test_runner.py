@@ -73,7 +73,8 @@ def test_sigkill_of_the_tuner_kills_its_trial_and_the_same_command_resumes(seede
     wait_for(lambda: not pid_alive(running.user_attrs["trial_pid"]), 10, "the trial process to die with its tuner")
     assert load(url, name).get_trials()[running.number].state == TrialState.RUNNING  # nobody could record it
 
-    resumed = run_autotune(*search_args(url, name, 1), cwd=tmp_path)  # the same command, one more trial
+    # The same command, one more trial (and no re-measurement of the leaders: not the subject).
+    resumed = run_autotune(*search_args(url, name, 1, "--no-confirm"), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"failed 1 trial(s) left running by a killed tuner: [{running.number}]" in resumed.stderr
     trials = load(url, name).get_trials()
