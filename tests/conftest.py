@@ -228,7 +228,8 @@ def background(request, tmp_path_factory) -> Background:
     bg = Background()
     # An xdist worker runs the tests the scheduler hands it, not all it collected: it makes a
     # fixture when a test first asks (the other worker keeps the second core busy meanwhile).
-    needed = set() if _in_xdist_worker(request.config) else set().union(*(i.fixturenames for i in request.session.items))
+    items = [] if _in_xdist_worker(request.config) else request.session.items
+    needed = set().union(*(item.fixturenames for item in items))
     for name in PREFETCHED:
         if name not in needed:
             continue
