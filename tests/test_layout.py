@@ -5,6 +5,7 @@ imports no torch. Each rule fails the moment a change breaks it."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -44,11 +45,17 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in PACKAGE.rglob("*.py") if "search_spaces" not in p.parts}
 
 
+@functools.cache
+def parsed() -> dict[str, ast.Module]:
+    """Every module's syntax tree, parsed once for the tests here (which only read them)."""
+    return {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in modules().items()}
+
+
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     """Every autotune module `name` imports, at module level or inside a function."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed()[name]):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -69,9 +76,15 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
+@functools.cache
+def _import_graph() -> dict[str, frozenset[str]]:
     mods = modules()
-    return {name: imports_of(name, path, set(mods)) for name, path in mods.items()}
+    return {name: frozenset(imports_of(name, path, set(mods))) for name, path in mods.items()}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """A fresh copy each call: a test may add an edge to its own."""
+    return {name: set(targets) for name, targets in _import_graph().items()}
 
 
 def layer(name: str) -> int | None:
@@ -157,9 +170,9 @@ def test_outcomes_are_decided_in_one_module():
     """Outside measure/outcomes.py, outcomes are its constants and functions, never literals."""
     spelled = [
         f"{name}:{line}"
-        for name, path in modules().items()
+        for name, tree in parsed().items()
         if name != "autotune.measure.outcomes"
-        for line in outcome_literals(ast.parse(path.read_text(encoding="utf-8")))
+        for line in outcome_literals(tree)
     ]
     assert spelled == []
 
@@ -173,8 +186,7 @@ def test_the_outcome_check_sees_a_literal_decision():
 
 def test_private_optuna_attributes_are_read_in_one_function():
     readers = []
-    for name, path in modules().items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+    for name, tree in parsed().items():
         for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
             for node in ast.walk(func):
                 if isinstance(node, ast.Attribute) and node.attr in ("_storage", "_study_id", "_trial_id"):

@@ -133,7 +133,11 @@ def test_unknown_knob_exit_2():
     "args, message",
     [
         (["--model", "nope"], "Error: unknown model 'nope'"),
-        (["--model", "tests.fixture_models:missing"], "Error: model 'tests.fixture_models:missing'"),
+        pytest.param(  # bench builds a user's factory in a trial process first (trial.probe)
+            ["--model", "tests.fixture_models:missing"],
+            "Error: model 'tests.fixture_models:missing'",
+            marks=pytest.mark.process,
+        ),
         (["--memory-limit", "lots"], "Error: --memory-limit: cannot read 'lots'"),
         (["--set", "checkpoint_layers=0,0"], "Error: checkpoint_layers has repeated block indices"),
         (["--set", "prefetch_factor=2"], "Error: prefetch_factor needs num_workers > 0"),

@@ -23,6 +23,15 @@ def quick_compile(monkeypatch):
     monkeypatch.setattr(autotune.measure.doctor, "check_compile", lambda device, info: Check(True, "skipped", 0.0))
 
 
+@pytest.fixture
+def small_sdpa(monkeypatch):
+    """SDPA runs on this CPU (behind the fake GPUs too): at GPT-2's context that is seconds per
+    backend and dtype. The tests that take this are about MIG, containers, the compiler and the
+    text, not SDPA (the first test runs it at the real shape), so a small shape serves."""
+    monkeypatch.setattr(autotune.measure.doctor, "SDPA_SHAPE", (1, 2, 16, 8))
+    monkeypatch.setattr(autotune.measure.doctor, "SDPA_SHAPE_CPU", (1, 2, 16, 8))
+
+
 def doctor(*args: str) -> tuple[int, dict | str]:
     result = CliRunner().invoke(main, ["doctor", *args])
     return result.exit_code, json.loads(result.stdout) if "--json" in args else result.stdout
@@ -41,7 +50,7 @@ def test_doctor_on_this_cpu_says_what_it_can(quick_compile):
     assert report["peak_flops"] == {"by_dtype": None, "source": "a CPU: MFU is not reported"}
 
 
-def test_doctor_text_is_a_short_account(quick_compile):
+def test_doctor_text_is_a_short_account(quick_compile, small_sdpa):
     code, text = doctor()
     assert code == 0
     assert "  torch                 " + torch.__version__ in text
@@ -50,7 +59,7 @@ def test_doctor_text_is_a_short_account(quick_compile):
     assert text.rstrip().endswith("ok: this machine can run a study")
 
 
-def test_doctor_on_a_gpu_in_a_container(monkeypatch):
+def test_doctor_on_a_gpu_in_a_container(monkeypatch, small_sdpa):
     machine = FakeMachine([FakeGpu(others_used=2 * 1024**3)], container=True)
     with fake_gpu_machine(monkeypatch, machine):
         code, report = doctor("--json")
@@ -66,7 +75,7 @@ def test_doctor_on_a_gpu_in_a_container(monkeypatch):
     assert code == 1 and any("every compiled trial would crash" in p for p in report["problems"])
 
 
-def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile):
+def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile, small_sdpa):
     mig = FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")
     with fake_gpu_machine(monkeypatch, FakeMachine([FakeGpu(migs=[mig])]), visible=mig.uuid):
         code, report = doctor("--json")
@@ -79,7 +88,7 @@ def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile):
     assert "  MIG                   a MIG instance" in text and "  container             no" in text
 
 
-def test_doctor_names_a_mig_gpu_handed_whole_as_the_problem(monkeypatch, quick_compile):
+def test_doctor_names_a_mig_gpu_handed_whole_as_the_problem(monkeypatch, quick_compile, small_sdpa):
     machine = FakeMachine([FakeGpu(migs=[FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")])])
     with fake_gpu_machine(monkeypatch, machine):
         code, report = doctor("--json")
@@ -88,7 +97,7 @@ def test_doctor_names_a_mig_gpu_handed_whole_as_the_problem(monkeypatch, quick_c
     assert report["device"]["kind"] == "cpu"  # what it could still check
 
 
-def test_doctor_without_a_c_compiler_says_so_without_compiling(monkeypatch):
+def test_doctor_without_a_c_compiler_says_so_without_compiling(monkeypatch, small_sdpa):
     monkeypatch.setenv("CC", "/nonexistent/cc")
     code, report = doctor("--json")
     assert code == 1
