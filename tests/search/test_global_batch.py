@@ -47,14 +47,14 @@ def test_a_resumed_study_keeps_its_global_batch_and_refuses_another(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     calls: list = []
     fake_trials(monkeypatch, calls=calls)
-    assert search("--global-batch-tokens", "4096", "--n-trials", "2").exit_code == 0
+    assert search("--global-batch-tokens", "4096", "--n-trials", "1").exit_code == 0
     trials = len(load_study(STUDY, None).trials)
-    refused = search("--global-batch-tokens", "8192", "--n-trials", "2")
+    refused = search("--global-batch-tokens", "8192", "--n-trials", "1")
     assert refused.exit_code == 2
     assert "was measured with --global-batch-tokens 4096, this run 8192" in refused.stderr
     assert len(load_study(STUDY, None).trials) == trials
     calls.clear()
-    resumed = search("--n-trials", "2")  # no option: the study's own
+    resumed = search("--n-trials", "1")  # no option: the study's own
     assert resumed.exit_code == 0, resumed.output
     assert calls and all(spec.global_batch_tokens == 4096 for spec, _ in calls)
 

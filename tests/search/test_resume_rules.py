@@ -112,7 +112,7 @@ def test_a_failed_warm_start_leaves_nothing_and_the_corrected_rerun_warm_starts(
         or not (tmp_path / "studies").exists()
     )
     assert not (tmp_path / "studies").exists() and not (tmp_path / "recipes").exists()
-    good = search("--n-trials", "2", "--warm-start-from", str(source / "studies" / "src.db"))
+    good = search("--n-trials", "1", "--warm-start-from", str(source / "studies" / "src.db"))
     assert good.exit_code == 0, good.output
     warm = [t for t in load_study(STUDY, None).trials if "warm_start_from" in t.user_attrs]
     assert warm, "the corrected rerun must warm-start"
@@ -160,7 +160,7 @@ def test_a_half_made_study_of_a_dead_creator_is_set_up_at_once(tmp_path, monkeyp
     half = optuna.create_study(study_name="half", storage=open_storage(url), direction="maximize")
     half.set_user_attr("creator", {"host": __import__("socket").gethostname(), "pid": dead.pid})
     started = time.monotonic()
-    result = run_search(settings(storage=url, study="half", n_trials=2))
+    result = run_search(settings(storage=url, study="half", n_trials=1))
     assert time.monotonic() - started < 10 < study_module.JOIN_WAIT_S
     assert result.study.user_attrs["identity"] and result.new_study
 
