@@ -4,6 +4,7 @@ A dataset whose workers each hold a large buffer used to be `ok` at the main pro
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import numpy as np
 
 from autotune.config import RunSpec, TrainConfig
 from autotune.data.datasets import make_dataset
-from autotune.device.memory import peak_rss_bytes
+from autotune.device.memory import peak_rss_bytes, reset_peak_rss
 from autotune.measure import outcomes
 from autotune.measure.loop import measure
 
@@ -48,6 +49,12 @@ def test_dataloader_workers_count_in_the_peak(monkeypatch):
             parent,
         ),
     )
+    # This process's peak counts from here. An earlier test in the same process (a pytest-xdist
+    # worker runs hundreds) may have peaked far above what it holds now, and the run's first phase
+    # reads the peak since the last reset: from that high-water mark, the workers' buffers were
+    # lost under it (peak == own) and the limit had room for both.
+    gc.collect()
+    assert reset_peak_rss(os.getpid()), "cannot reset this process's VmHWM (/proc/self/clear_refs)"
     own = peak_rss_bytes()
     limit = own + HOARD  # room for one worker's buffer, not for two
     cfg = TrainConfig(num_workers=2, prefetch_factor=2, persistent_workers=True, token_budget=1024)

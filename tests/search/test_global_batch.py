@@ -47,14 +47,14 @@ def test_a_resumed_study_keeps_its_global_batch_and_refuses_another(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     calls: list = []
     fake_trials(monkeypatch, calls=calls)
-    assert search("--global-batch-tokens", "4096", "--n-trials", "2").exit_code == 0
+    assert search("--global-batch-tokens", "4096", "--n-trials", "1").exit_code == 0
     trials = len(load_study(STUDY, None).trials)
-    refused = search("--global-batch-tokens", "8192", "--n-trials", "2")
+    refused = search("--global-batch-tokens", "8192", "--n-trials", "1")
     assert refused.exit_code == 2
     assert "was measured with --global-batch-tokens 4096, this run 8192" in refused.stderr
     assert len(load_study(STUDY, None).trials) == trials
     calls.clear()
-    resumed = search("--n-trials", "2")  # no option: the study's own
+    resumed = search("--n-trials", "1")  # no option: the study's own
     assert resumed.exit_code == 0, resumed.output
     assert calls and all(spec.global_batch_tokens == 4096 for spec, _ in calls)
 
@@ -62,8 +62,8 @@ def test_a_resumed_study_keeps_its_global_batch_and_refuses_another(tmp_path, mo
 def test_a_study_made_without_a_global_batch_refuses_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fake_trials(monkeypatch)
-    assert search("--n-trials", "2").exit_code == 0
-    refused = search("--global-batch-tokens", "4096", "--n-trials", "2")
+    assert search("--n-trials", "1").exit_code == 0
+    refused = search("--global-batch-tokens", "4096", "--n-trials", "1")
     assert refused.exit_code == 2
     assert "was measured with --global-batch-tokens unset, this run 4096" in refused.stderr
 
@@ -98,7 +98,10 @@ def test_a_global_batch_no_budget_of_the_space_divides_is_refused(tmp_path, monk
 
 def test_bench_accumulates_to_the_global_batch():
     args = ["bench", "--model", "gpt2-tiny", "--device", "cpu", "--warmup", "1", "--steps", "2", "--min-time", "0"]
-    result = CliRunner().invoke(main, [*args, "--global-batch-tokens", "3072", "--set", "token_budget=1024", "--json"])
+    one_shape = ["--set", "batching=fixed"]  # one batch shape to warm up: the accumulation is the subject
+    result = CliRunner().invoke(
+        main, [*args, *one_shape, "--global-batch-tokens", "3072", "--set", "token_budget=1024", "--json"]
+    )
     assert result.exit_code == 0, result.output
     m = json.loads(result.stdout)
     assert m["accumulation_steps"] == 3 and m["global_batch_tokens"] == 3072

@@ -14,7 +14,7 @@ from autotune.errors import UsageError
 from autotune.measure.outcomes import DEFAULT_MEMORY_HEADROOM, memory_constraint
 from autotune.search.run import SearchSettings, memory_headroom
 from tests.attack_helpers import fake_trials
-from tests.search.test_resume_rules import STUDY, resumable, search  # noqa: F401  (resumable: a fixture)
+from tests.search.test_resume_rules import STUDY, resumable, resumable_made, search  # noqa: F401  (fixtures)
 
 MiB = 1 << 20
 PEAK = int(338.5 * MiB)

@@ -70,9 +70,9 @@ def test_resuming_in_a_read_only_studies_folder_is_refused_before_any_trial(tmp_
     monkeypatch.chdir(tmp_path)
     with monkeypatch.context() as m:
         fake_trials(m)
-        assert search("--n-trials", "2").exit_code == 0
+        assert search("--n-trials", "1").exit_code == 0
     read_only(monkeypatch, tmp_path / "studies")
-    message = refused(tmp_path, monkeypatch, "search", *FAST, "--n-trials", "2")
+    message = refused(tmp_path, monkeypatch, "search", *FAST, "--n-trials", "1")
     assert "storage sqlite:///studies/gpt2-tiny-cpu.db: cannot write in studies (" in message
 
 
@@ -100,7 +100,7 @@ def test_a_disk_filling_up_at_the_end_is_one_line_and_leaves_no_temporary_file(t
         return real(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(os, "replace", replace)
-    result = search("--n-trials", "2")
+    result = search("--n-trials", "1")
     assert result.exit_code == 1, (result.output, result.exception)
     assert (
         result.stderr.splitlines()[-1] == "Error: recipe recipes/gpt2-tiny-cpu.json: cannot write it (the disk is full)"

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -22,20 +24,33 @@ from tests.attack_helpers import FAST, fake_trials, files_under, settings
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 STUDY = "gpt2-tiny-cpu"
 MiB = 1 << 20
+PEAK = int(338.5 * MiB)
 
 
 def search(*args: str):
     return CliRunner().invoke(main, ["search", *FAST, *args])
 
 
-@pytest.fixture
-def resumable(tmp_path, monkeypatch):
-    """A study made with a 21 GiB limit, --steps 4, --min-time 0; trials are faked, and the
-    third configuration peaks at 338.5 MiB."""
-    monkeypatch.chdir(tmp_path)
-    fake_trials(monkeypatch, peak=int(338.5 * MiB))
-    result = search("--memory-limit", "21GiB", "--n-trials", "3")
+@pytest.fixture(scope="module")
+def resumable_made(tmp_path_factory) -> Path:
+    """A study made with a 21 GiB limit, --steps 4, --min-time 0, its studies/ and recipes/ in a
+    folder of their own; trials are faked, and every configuration peaks at 338.5 MiB. Made once
+    a module (a search costs seconds); each test gets its own copy (`resumable`)."""
+    folder = tmp_path_factory.mktemp("resumable")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        fake_trials(mp, peak=PEAK)
+        result = search("--memory-limit", "21GiB", "--n-trials", "3")
     assert result.exit_code == 0, result.output
+    return folder
+
+
+@pytest.fixture
+def resumable(resumable_made, tmp_path, monkeypatch):
+    """A copy of that study in tmp_path, the working folder, its trials faked the same way."""
+    shutil.copytree(resumable_made, tmp_path, dirs_exist_ok=True)
+    monkeypatch.chdir(tmp_path)
+    fake_trials(monkeypatch, peak=PEAK)
     return tmp_path
 
 
@@ -97,7 +112,7 @@ def test_a_failed_warm_start_leaves_nothing_and_the_corrected_rerun_warm_starts(
         or not (tmp_path / "studies").exists()
     )
     assert not (tmp_path / "studies").exists() and not (tmp_path / "recipes").exists()
-    good = search("--n-trials", "2", "--warm-start-from", str(source / "studies" / "src.db"))
+    good = search("--n-trials", "1", "--warm-start-from", str(source / "studies" / "src.db"))
     assert good.exit_code == 0, good.output
     warm = [t for t in load_study(STUDY, None).trials if "warm_start_from" in t.user_attrs]
     assert warm, "the corrected rerun must warm-start"
@@ -145,7 +160,7 @@ def test_a_half_made_study_of_a_dead_creator_is_set_up_at_once(tmp_path, monkeyp
     half = optuna.create_study(study_name="half", storage=open_storage(url), direction="maximize")
     half.set_user_attr("creator", {"host": __import__("socket").gethostname(), "pid": dead.pid})
     started = time.monotonic()
-    result = run_search(settings(storage=url, study="half", n_trials=2))
+    result = run_search(settings(storage=url, study="half", n_trials=1))
     assert time.monotonic() - started < 10 < study_module.JOIN_WAIT_S
     assert result.study.user_attrs["identity"] and result.new_study
 
