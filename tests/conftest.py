@@ -164,8 +164,10 @@ def pytest_collection_modifyitems(config, items) -> None:
 
     def group(item) -> int:
         if _prefetched_group(item) is not None:
-            return 2
-        return 1 if any(item.get_closest_marker(m) for m in ("process", "postgres", "compile")) else 0
+            return 3
+        if item.get_closest_marker("compile"):
+            return 2  # the longest single tests (tens of seconds of compiling)
+        return 1 if any(item.get_closest_marker(m) for m in ("process", "postgres")) else 0
 
     for item in items:
         if (name := _prefetched_group(item)) is not None:

@@ -134,9 +134,10 @@ BAD_INPUT = [
         "hf:gpt2, hf:gpt2-medium, hf:gpt2-large, hf:gpt2-xl, hf:gpt2-tiny, hf:smollm-135m, hf:llama-tiny, "
         "hf:PATH (a local Hugging Face config directory) or package.module:factory",
     ),
-    (
+    pytest.param(  # search builds a user's factory in a trial process first (trial.probe)
         ["--model", "tests.fault_models:missing"],
         "Error: model 'tests.fault_models:missing': tests.fault_models has no callable 'missing'",
+        marks=pytest.mark.process,
     ),
     (
         ["--space", str(SPACES / "malformed.yaml")],
@@ -156,7 +157,11 @@ BAD_INPUT = [
 ]
 
 
-@pytest.mark.parametrize("args, message", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+@pytest.mark.parametrize(
+    "args, message",
+    BAD_INPUT,
+    ids=[" ".join((case.values if hasattr(case, "marks") else case)[0]) for case in BAD_INPUT],
+)
 def test_search_bad_input(workdir, args, message):
     result = invoke("search", *FAST, "--space", str(TINY_SPACE), *args)
     assert result.exit_code == 2, result.output

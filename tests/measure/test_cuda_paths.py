@@ -222,6 +222,7 @@ def test_devices_workers_measure_each_on_its_own_gpu(monkeypatch, tmp_path):
         min_time_s=0,
         trial_timeout_s=240,
         memory_limit_bytes=8 * GiB,
+        confirm=False,  # each worker would re-measure the leaders: trials on the same GPUs, not the subject
     )
     with fake_gpu_machine(monkeypatch, machine):
         result = autotune.search.fleet.run_workers(settings, "0,1")
