@@ -19,7 +19,9 @@ from autotune.measure import outcomes
 from autotune.measure.loop import measure
 
 MiB = 1 << 20
-HOARD = 120 * MiB
+# Large next to what the main process's own figure moves by during a run (tens of MiB: glibc
+# returning freed arenas, the first steps' buffers), so that two workers' buffers stand out.
+HOARD = 256 * MiB
 _hoard: list[np.ndarray] = []
 
 
