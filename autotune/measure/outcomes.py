@@ -89,12 +89,13 @@ def recording(outcome: str, *, has_rate: bool) -> Recording:
     return Recording.FAILED
 
 
-def skipped_over_limit(predicted_peak_bytes: int, limit_bytes: int, basis: str) -> tuple[str, str]:
-    """A configuration the memory model predicts over the limit: not run."""
-    return PREDICTED_OVER_LIMIT, (
-        f"not run: peak predicted {format_bytes(predicted_peak_bytes)}, over the limit "
-        f"{format_bytes(limit_bytes)} ({basis})"
-    )
+def skipped_over_limit(predicted_peak_bytes: int, limit_bytes: int, headroom: float, basis: str) -> tuple[str, str]:
+    """A configuration the memory model predicts over the limit less the headroom (what a
+    feasible peak may be): not run."""
+    over = f"the limit {format_bytes(limit_bytes)}"
+    if headroom:
+        over += f" less {headroom:.0%} headroom ({format_bytes(feasible_peak_bytes(limit_bytes, headroom))})"
+    return PREDICTED_OVER_LIMIT, f"not run: peak predicted {format_bytes(predicted_peak_bytes)}, over {over} ({basis})"
 
 
 def reusable(outcome: str) -> bool:
@@ -118,6 +119,11 @@ def decide_measured(
             f"peak memory {format_bytes(peak_memory_bytes)} is above the limit {format_bytes(memory_limit_bytes)}"
         )
     return OK, None
+
+
+def feasible_peak_bytes(memory_limit_bytes: int, headroom: float) -> int:
+    """The most a feasible configuration's worst-case peak may be: the limit less the headroom."""
+    return int(memory_limit_bytes * (1 - headroom))
 
 
 def memory_constraint(peak_memory_bytes: int | None, memory_limit_bytes: int, headroom: float) -> float:

@@ -68,7 +68,7 @@ def judge_soak(
     verdict (see the module's docstring)."""
     windows = (run or {}).get("windows") or []
     peaks = [(w["end_step"], w["peak_memory_bytes"]) for w in windows if w["peak_memory_bytes"] is not None]
-    target = int(limit * (1 - headroom)) if limit is not None else None
+    target = outcomes.feasible_peak_bytes(limit, headroom) if limit is not None else None
     slope, fitted_last = creep(peaks)
     steps = (run or {}).get("steps") or 0
     projected = fitted_last + slope * CREEP_HORIZON * steps if slope is not None else None

@@ -79,11 +79,12 @@ class MemoryPrediction:
     from_oom: bool = False  # a bound from a trial that ran out of memory: how far over is unknown
     trials: tuple[int, ...] = ()  # the trials it rests on, where the observations carry numbers
 
-    def constraint(self, limit_bytes: int) -> float:
+    def constraint(self, limit_bytes: int, headroom: float = 0.0) -> float:
         """The memory constraint to record for this prediction, as the objective records a
-        measured one: (peak - limit) / limit, feasible at or below 0. A bound from an
-        out-of-memory trial inherits that trial's constraint (how far over is unknown)."""
-        excess = (self.peak_bytes - limit_bytes) / limit_bytes
+        measured one (outcomes.memory_constraint: against the limit less the headroom, as a
+        fraction of the limit; feasible at or below 0). A bound from an out-of-memory trial
+        inherits that trial's constraint (how far over is unknown)."""
+        excess = outcomes.memory_constraint(self.peak_bytes, limit_bytes, headroom)
         return max(excess, outcomes.UNKNOWN_EXCESS) if self.from_oom else excess
 
 

@@ -79,20 +79,22 @@ class Objective:
     def _predicted_over_limit(self, trial: optuna.Trial, cfg: TrainConfig) -> bool:
         """Record `cfg` as predicted over the limit, without running it, when the study's trials
         say so by a clear margin; False (and nothing recorded) otherwise. The reference trials
-        are never skipped: they are the yardsticks of every study."""
-        limit = self.ctx.memory_limit_bytes
+        are never skipped: they are the yardsticks of every study. Over the limit means over
+        what feasibility allows, the limit less the headroom, as for a measured peak."""
+        limit, headroom = self.ctx.memory_limit_bytes, self.ctx.memory_headroom
+        target = outcomes.feasible_peak_bytes(limit, headroom)
         trials = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-        prediction = skip_prediction(trials, cfg.to_dict(), limit, device_kind=self.ctx.device.kind)
+        prediction = skip_prediction(trials, cfg.to_dict(), target, device_kind=self.ctx.device.kind)
         if prediction is None:
             return False
-        outcome, reason = outcomes.skipped_over_limit(prediction.peak_bytes, limit, prediction.basis)
+        outcome, reason = outcomes.skipped_over_limit(prediction.peak_bytes, limit, headroom, prediction.basis)
         trial.set_user_attr("outcome", outcome)
         trial.set_user_attr("reason", reason[:REASON_LIMIT])
         trial.set_user_attr("predicted_peak_memory_bytes", prediction.peak_bytes)
         trial.set_user_attr("memory_basis", prediction.basis[:REASON_LIMIT])
         trial.set_user_attr("memory_basis_trials", list(prediction.trials))
         # The sampler learns "this region does not fit" as it does from a measured peak.
-        trial.set_constraint("memory", prediction.constraint(limit))
+        trial.set_constraint("memory", prediction.constraint(limit, headroom))
         log.info("trial %d: %s", trial.number, reason)
         return True
 

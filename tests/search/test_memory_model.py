@@ -157,7 +157,10 @@ def test_a_configuration_predicted_over_the_limit_is_never_run_nor_best(monkeypa
     assert skipped.user_attrs["outcome"] == outcomes.PREDICTED_OVER_LIMIT
     assert skipped.user_attrs["predicted_peak_memory_bytes"] == pytest.approx(3 * 1024 * MiB, rel=0.05)
     assert skipped.user_attrs["memory_basis_trials"] == [0, 1]
-    assert skipped.constraints["memory"] == pytest.approx(0.5, abs=0.05)  # (3 GiB - 2 GiB) / 2 GiB
+    # As a measured peak's: against the limit less the headroom, (3000 MiB - 0.95 x 2 GiB) / 2 GiB.
+    assert skipped.constraints["memory"] == pytest.approx((3000 - 0.95 * 2048) / 2048, abs=0.02)
+    assert skipped.user_attrs["reason"].startswith("not run: peak predicted 2.9")
+    assert "over the limit 2.00 GiB less 5% headroom (1.90 GiB)" in skipped.user_attrs["reason"]
     summary = summarize(study)
     assert summary.best is not None and summary.best.number != skipped.number
     assert summary.counts[outcomes.PREDICTED_OVER_LIMIT] == 1
@@ -167,6 +170,35 @@ def test_a_configuration_predicted_over_the_limit_is_never_run_nor_best(monkeypa
     peaks[4096] = 3 * 1024 * MiB
     study.optimize(Objective(ctx, memory_model=False), n_trials=1, catch=(TrialFailed,))
     assert ran == [1024, 2048, 4096]
+
+
+def test_a_prediction_over_the_limit_less_the_headroom_is_skipped_too(monkeypatch):
+    """Feasible means a worst-case peak within the limit less the headroom (5 % here): a
+    configuration predicted at 2.15 GiB under a 2 GiB limit is clearly over 1.90 GiB (by more
+    than the model's 10 % margin) though not clearly over 2 GiB. Judged against the bare limit,
+    it ran, to be found infeasible."""
+    ctx = tiny_context()  # limit 2 GiB, headroom 5 %
+    assert ctx.memory_headroom == 0.05
+    ctx = dataclasses.replace(ctx, space=_with_budgets(ctx.space, (1024, 2048, 4096)))
+    peaks = {1024: 400 * MiB, 2048: 1000 * MiB}  # 0.59 MiB per token: 4096 -> about 2200 MiB
+    ran = []
+
+    def fake_run_trial(spec, cfg, **kwargs):
+        ran.append(cfg.token_budget)
+        return TrialResult("ok", None, dataclasses.replace(ok_measurement(), peak_memory_bytes=peaks[cfg.token_budget]))
+
+    monkeypatch.setattr("autotune.search.objective.run_trial", fake_run_trial)
+    base = {"amp_dtype": "float32", "compile_mode": "none", "sdpa_backend": "math", "num_workers": 0}
+    base["checkpoint_count"] = 0
+    study = optuna.create_study(direction="maximize")
+    for budget in (1024, 2048, 4096):
+        study.enqueue_trial({**base, "token_budget": budget})
+    study.optimize(Objective(ctx), n_trials=3, catch=(TrialFailed,))
+    assert ran == [1024, 2048]
+    skipped = study.trials[-1]
+    assert skipped.user_attrs["outcome"] == outcomes.PREDICTED_OVER_LIMIT
+    assert skipped.user_attrs["predicted_peak_memory_bytes"] == pytest.approx(2200 * MiB, rel=0.02)
+    assert skipped.constraints["memory"] > 0
 
 
 def _with_budgets(space, budgets):
