@@ -127,14 +127,12 @@ def test_observations_come_from_facts_only():
 # --- in the objective --------------------------------------------------------------------------
 
 
-def test_a_configuration_predicted_over_the_limit_is_never_run_nor_best(monkeypatch):
-    """Two measured budgets of one family; the next, larger budget of that family is predicted
-    far over the limit: no process, recorded with its prediction, infeasible, and never the best
-    although its value and a later ok trial are compared."""
-    ctx = tiny_context()  # limit 2 GiB
+def _one_family(monkeypatch, peaks: dict[int, int]) -> tuple:
+    """gpt2-tiny's context (limit 2 GiB, headroom 5 %) on budgets 1024-4096; a trial of budget B
+    "measures" peaks[B] without a process. Returns (ctx, the family's other knobs, budgets run)."""
+    ctx = tiny_context()
     ctx = dataclasses.replace(ctx, space=_with_budgets(ctx.space, (1024, 2048, 4096)))
-    peaks = {1024: 600 * MiB, 2048: 1400 * MiB}  # 0.78 MiB per token: 4096 -> about 3 GiB
-    ran = []
+    ran: list[int] = []
 
     def fake_run_trial(spec, cfg, **kwargs):
         ran.append(cfg.token_budget)
@@ -143,6 +141,15 @@ def test_a_configuration_predicted_over_the_limit_is_never_run_nor_best(monkeypa
     monkeypatch.setattr("autotune.search.objective.run_trial", fake_run_trial)
     base = {"amp_dtype": "float32", "compile_mode": "none", "sdpa_backend": "math", "num_workers": 0}
     base["checkpoint_count"] = 0
+    return ctx, base, ran
+
+
+def test_a_configuration_predicted_over_the_limit_is_never_run_nor_best(monkeypatch):
+    """Two measured budgets of one family; the next, larger budget of that family is predicted
+    far over the limit: no process, recorded with its prediction, infeasible, and never the best
+    although its value and a later ok trial are compared."""
+    peaks = {1024: 600 * MiB, 2048: 1400 * MiB}  # 0.78 MiB per token: 4096 -> about 3 GiB
+    ctx, base, ran = _one_family(monkeypatch, peaks)
     study = optuna.create_study(direction="maximize")
     for budget in (1024, 2048):
         study.enqueue_trial({**base, "token_budget": budget})
@@ -177,19 +184,9 @@ def test_a_prediction_over_the_limit_less_the_headroom_is_skipped_too(monkeypatc
     configuration predicted at 2.15 GiB under a 2 GiB limit is clearly over 1.90 GiB (by more
     than the model's 10 % margin) though not clearly over 2 GiB. Judged against the bare limit,
     it ran, to be found infeasible."""
-    ctx = tiny_context()  # limit 2 GiB, headroom 5 %
-    assert ctx.memory_headroom == 0.05
-    ctx = dataclasses.replace(ctx, space=_with_budgets(ctx.space, (1024, 2048, 4096)))
     peaks = {1024: 400 * MiB, 2048: 1000 * MiB}  # 0.59 MiB per token: 4096 -> about 2200 MiB
-    ran = []
-
-    def fake_run_trial(spec, cfg, **kwargs):
-        ran.append(cfg.token_budget)
-        return TrialResult("ok", None, dataclasses.replace(ok_measurement(), peak_memory_bytes=peaks[cfg.token_budget]))
-
-    monkeypatch.setattr("autotune.search.objective.run_trial", fake_run_trial)
-    base = {"amp_dtype": "float32", "compile_mode": "none", "sdpa_backend": "math", "num_workers": 0}
-    base["checkpoint_count"] = 0
+    ctx, base, ran = _one_family(monkeypatch, peaks)
+    assert ctx.memory_headroom == 0.05
     study = optuna.create_study(direction="maximize")
     for budget in (1024, 2048, 4096):
         study.enqueue_trial({**base, "token_budget": budget})
