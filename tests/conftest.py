@@ -142,7 +142,7 @@ def workdir(tmp_path, monkeypatch) -> Path:
 PREFETCHED = ("gpu_check_run", "searched", "compare_studies", "journal_two_workers", "postgres_two_workers")
 # Under pytest-xdist (the project's default: -n auto in pyproject.toml), the tests reading one of
 # these share one worker, which makes it once: a group (`--dist loadgroup`) per fixture it needs.
-XDIST_GROUPS = {"compare_studies": "searched", "searched": "searched"}
+XDIST_GROUPS = {"compare_studies": "searched"}  # compare_studies is made from searched
 
 
 def _prefetched_group(item) -> str | None:

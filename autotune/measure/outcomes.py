@@ -132,7 +132,7 @@ def memory_constraint(peak_memory_bytes: int | None, memory_limit_bytes: int, he
     held against it (0)."""
     if peak_memory_bytes is None:
         return 0.0
-    return (peak_memory_bytes - memory_limit_bytes * (1 - headroom)) / memory_limit_bytes
+    return (peak_memory_bytes - feasible_peak_bytes(memory_limit_bytes, headroom)) / memory_limit_bytes
 
 
 def classify_exception(exc: BaseException) -> tuple[str, str]:

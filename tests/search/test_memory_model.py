@@ -226,3 +226,10 @@ def test_the_summary_counts_the_skipped_and_says_why_the_search_stopped():
     out = summary_json(result)
     assert out["skipped_predicted_over_limit"] == 2
     assert out["stopped"] == {"reason": "converged", "text": result.stopped.text, "patience": 22, "noise": 0.05}
+
+
+def test_the_skip_reason_names_the_headroom_only_when_there_is_one():
+    _, without = outcomes.skipped_over_limit(3 * 1024 * MiB, 2 * 1024 * MiB, 0.0, "a fit")
+    assert without == "not run: peak predicted 3.00 GiB, over the limit 2.00 GiB (a fit)"
+    _, with_ = outcomes.skipped_over_limit(3 * 1024 * MiB, 2 * 1024 * MiB, 0.05, "a fit")
+    assert with_ == "not run: peak predicted 3.00 GiB, over the limit 2.00 GiB less 5% headroom (1.90 GiB) (a fit)"
