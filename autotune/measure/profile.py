@@ -33,6 +33,8 @@ The Chrome trace (`trace.json`) opens in Perfetto (ui.perfetto.dev) and chrome:/
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import re
 import time
 from collections import defaultdict
@@ -183,7 +185,7 @@ def profile_config(
                 seed=seed,
             )
             session.sync()
-            with profile(activities=activities, record_shapes=False) as prof:
+            with no_garbage_collection(), profile(activities=activities, record_shapes=False) as prof:
                 start = time.perf_counter()
                 for _ in range(steps):
                     with record_function(DATA_REGION):
@@ -218,6 +220,21 @@ def profile_config(
         tokens=tokens,
         trace_path=str(trace),
     )
+
+
+@contextlib.contextmanager
+def no_garbage_collection():
+    """Collect now, then not until the block ends (as `timeit` does). A collection stalls
+    whichever op is running for as long as it takes, seconds on the heap of a long-lived
+    process, and over a few profiled steps one such stall would be most of the breakdown."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def name_compiled_kernels() -> None:

@@ -55,3 +55,30 @@ def test_profile_report_figures(recipe, tmp_path):
     assert report.top_ops and report.top_ops[0].self_time_s >= report.top_ops[-1].self_time_s
     assert report.tokens > 0 and Path(report.trace_path).is_file()
     json.dumps(report.to_dict())
+
+
+def test_no_garbage_collection_inside_the_profiled_steps(recipe, tmp_path):
+    """A collection of a large heap stalls whichever op is running for as long as it takes
+    (seconds in a long-lived process), and over a few profiled steps that stall is most of
+    the breakdown. The profile collects before its window and none inside it."""
+    import gc
+
+    import torch
+
+    during_profile = []
+
+    def note(phase, info):
+        if phase == "start":
+            during_profile.append(torch.autograd._profiler_enabled())
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1)  # collect at every allocation: any window left open is seen
+    gc.callbacks.append(note)
+    try:
+        profile_recipe(recipe, device="cpu", steps=1, warmup=1, out_dir=tmp_path)
+    finally:
+        gc.callbacks.remove(note)
+        gc.set_threshold(*thresholds)
+    assert during_profile, "no collection at all: the test proves nothing"
+    assert not any(during_profile), f"{sum(during_profile)} collections inside the profiled window"
+    assert gc.isenabled()
