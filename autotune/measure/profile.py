@@ -100,6 +100,9 @@ class ProfileReport:
     top_ops: list[OpTime] = field(default_factory=list)
     tokens: int = 0  # non-pad target tokens in the profiled steps
     trace_path: str = ""
+    # Compiles or CUDA graph recordings inside the profiled steps (a shape the warm-up did not
+    # see): their time is in `compiled`, and the breakdown is not the steady state's.
+    compiles_in_window: int = 0
 
     @property
     def step_time_s(self) -> float:
@@ -185,6 +188,7 @@ def profile_config(
                 seed=seed,
             )
             session.sync()
+            compiles_before = events.total
             with no_garbage_collection(), profile(activities=activities, record_shapes=False) as prof:
                 start = time.perf_counter()
                 for _ in range(steps):
@@ -194,6 +198,7 @@ def profile_config(
                     step(x, y, *documents)
                 session.sync()
                 wall = time.perf_counter() - start
+            compiles_in_window = events.total - compiles_before
         finally:
             batches.close()  # DataLoader workers go now, not at garbage collection
     trace = out / TRACE_NAME
@@ -219,6 +224,7 @@ def profile_config(
         top_ops=top_ops,
         tokens=tokens,
         trace_path=str(trace),
+        compiles_in_window=compiles_in_window,
     )
 
 

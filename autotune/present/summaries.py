@@ -346,9 +346,16 @@ def format_profile(report) -> str:
         )
         for op in report.top_ops
     ]
+    warning = []
+    if report.compiles_in_window:
+        warning = [
+            f"warning: {report.compiles_in_window} compile event(s) inside the profiled steps: their time is in "
+            f"'{CATEGORY_LABELS['compiled']}', not the steady state's; profile again with more --warmup",
+        ]
     return "\n".join(
         [
             head,
+            *warning,
             "",
             table(("where", "ms/step", "share"), rows),
             "",

@@ -82,3 +82,19 @@ def test_no_garbage_collection_inside_the_profiled_steps(recipe, tmp_path):
     assert during_profile, "no collection at all: the test proves nothing"
     assert not any(during_profile), f"{sum(during_profile)} collections inside the profiled window"
     assert gc.isenabled()
+
+
+def test_a_compile_inside_the_profiled_steps_is_counted_and_said(tmp_path, monkeypatch, aot_eager, fresh_dynamo):
+    """Warm-up compiles every shape first; were a step inside the window to compile anyway
+    (here: no warm-up at all), its compile time would read as the step's. The report counts
+    such events and the text says so."""
+    from autotune.config import TrainConfig
+    from autotune.measure import profile as profile_module
+    from autotune.measure.warmup import WarmUp
+    from autotune.present.summaries import format_profile
+
+    monkeypatch.setattr(profile_module, "warm_up", lambda *args, **kwargs: WarmUp())
+    cfg = TrainConfig(compile_mode="default", token_budget=256, batching="packed")
+    report = profile_module.profile_config(cfg, model_name="gpt2-tiny", device="cpu", steps=1, out_dir=tmp_path)
+    assert report.compiles_in_window >= 1
+    assert f"warning: {report.compiles_in_window} compile event(s) inside the profiled steps" in format_profile(report)
