@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import optuna
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from autotune.config import TrainConfig
@@ -164,6 +164,7 @@ SPACE = {
 
 @FUZZ
 @given(path=paths, value=values, seed=st.integers(min_value=0, max_value=2**16))
+@example(path=[0], value={"\n": None}, seed=0)  # a knob named "\n" once made a two-line error
 def test_a_mutated_space_loads_and_samples_or_is_one_line(path, value, seed):
     raw = mutate(SPACE, path, value)
     with nothing_written():

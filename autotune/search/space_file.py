@@ -143,7 +143,10 @@ class _Parser:
         self.n_layer = n_layer
 
     def error(self, key: str, message: str) -> UsageError:
-        return UsageError(f"search space {self.source}: {key}: {message}")
+        # Keys are the file's own text: a newline or control character in one is shown
+        # escaped, so that the error stays one line that says which key.
+        shown = key if key.isprintable() else key.encode("unicode_escape").decode("ascii")
+        return UsageError(f"search space {self.source}: {shown}: {message}")
 
     def space(self, raw: Mapping[str, Any], seq_len: int | None) -> SearchSpace:
         unknown = sorted(str(k) for k in set(raw) - _TOP_KEYS)
