@@ -54,7 +54,6 @@ from typing import Any, Callable
 
 import pynvml
 import torch
-import torch._dynamo  # noqa: F401  (imported before the fakes: it binds CUDA entry points at import)
 from torch.cuda._utils import _get_device_index
 from torch.overrides import TorchFunctionMode
 
@@ -738,6 +737,8 @@ def install(machine: FakeMachine, setattr_: Callable[..., None]) -> FakeCuda:
     """Replace NVML and torch.cuda with the fakes of `machine`; `setattr_` is
     monkeypatch.setattr in a test (undone after it), a plain setter in a child process.
     Returns the process's CUDA state; the caller enters `CudaOnCpu(cuda)` for tensors."""
+    import torch._dynamo  # noqa: F401  (before the fakes: it binds CUDA entry points at import)
+
     import autotune.device.info
     import autotune.device.nvml
 

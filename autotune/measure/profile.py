@@ -230,10 +230,10 @@ def profile_config(
 
 @contextlib.contextmanager
 def no_garbage_collection():
-    """Collect now, then not until the block ends (as `timeit` does). A collection stalls
+    """No garbage collection inside the block (as `timeit` does). A collection stalls
     whichever op is running for as long as it takes, seconds on the heap of a long-lived
-    process, and over a few profiled steps one such stall would be most of the breakdown."""
-    gc.collect()
+    process, and over a few profiled steps one such stall would be most of the breakdown.
+    Nothing is collected first: that too would cost the caller seconds on such a heap."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
