@@ -5,7 +5,6 @@ Trials are faked (no process): what is tested is what the study accepts and reco
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import time
@@ -127,14 +126,18 @@ def test_ctrl_c_during_study_creation_leaves_a_whole_study(tmp_path, monkeypatch
     fake_trials(monkeypatch)
     real = study_module.enqueue_references
 
+    handlers = []  # what handled SIGINT when the user pressed it, should the test fail
+
     def interrupted_midway(study):
-        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C in the middle of the set-up
-        time.sleep(0.2)
+        handlers.append((signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+        # The user presses Ctrl-C in the middle of the set-up. raise_signal, not os.kill: the
+        # signal is this thread's at once, wherever the kernel would have sent a process's.
+        signal.raise_signal(signal.SIGINT)
         real(study)
 
     monkeypatch.setattr(study_module, "enqueue_references", interrupted_midway)
     result = search("--n-trials", "2")
-    assert result.exit_code == 130, (result.exit_code, result.output)
+    assert result.exit_code == 130, (result.exit_code, handlers, result.output)
     assert result.stderr == "Error: interrupted (Ctrl-C)\n"
     study = load_study(STUDY, None)
     # set up whole: the two references and the expert start
