@@ -19,7 +19,8 @@ import time
 
 import torch
 
-from autotune.model.gpt import GPT, MODEL_SIZES
+from autotune.model.gpt import GPT
+from autotune.model.sizes import MODEL_SIZES
 
 PIDFILE_ENV = "AUTOTUNE_TEST_PIDFILE"
 

@@ -20,7 +20,8 @@ import time
 
 import torch
 
-from autotune.model.gpt import GPT, MODEL_SIZES
+from autotune.model.gpt import GPT
+from autotune.model.sizes import MODEL_SIZES
 
 # Where `hang` writes the pid of the child it starts, when the test asks for it.
 PIDFILE_ENV = "AUTOTUNE_TEST_PIDFILE"

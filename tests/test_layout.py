@@ -255,3 +255,36 @@ def test_reading_a_study_does_not_import_torch(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["codes"] == [0] * len(commands), result["out"]
     assert result["torch"] is False
+
+
+SEARCH_AND_REPORT = """
+import json, sys
+from click.testing import CliRunner
+from autotune.cli import main
+result = CliRunner().invoke(main, json.loads(sys.argv[1]))
+print(json.dumps({"code": result.exit_code, "out": result.output, "torch": "torch" in sys.modules}))
+"""
+
+
+@pytest.mark.process
+def test_the_tuner_of_a_search_does_not_import_torch(tmp_path):
+    """The tuner validates, samples, records and writes the recipe; the trials import torch in
+    their own processes. In the tuner torch would cost seconds of CPU at every start and
+    hundreds of MiB for nothing."""
+    from tests.helpers import FAST, TINY_SPACE
+
+    args = ["search", "--model", "gpt2-tiny", *FAST, "--space", str(TINY_SPACE), "--n-trials", "1"]
+    args += ["--no-references", "--no-confirm"]  # the one trial is all this needs
+    proc = subprocess.run(
+        [sys.executable, "-c", SEARCH_AND_REPORT, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["code"] == 0, result["out"]
+    assert (tmp_path / "recipes" / "gpt2-tiny-cpu.json").is_file()
+    assert result["torch"] is False

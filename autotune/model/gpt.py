@@ -10,7 +10,6 @@ stop at document boundaries (attention_mask=document, packed batches)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -18,28 +17,7 @@ import torch.nn.functional as F
 
 from autotune.model.attention import document_causal_mask, flex_attention
 from autotune.model.loss import LinearCrossEntropy, standard_linear_cross_entropy
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    block_size: int = 1024  # context length
-    vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 64: faster matmuls
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
-    bias: bool = True
-
-
-# Named sizes in one place (the real ones match OpenAI's GPT-2 release).
-MODEL_SIZES: dict[str, GPTConfig] = {
-    "gpt2": GPTConfig(n_layer=12, n_head=12, n_embd=768),  # 124M
-    "gpt2-medium": GPTConfig(n_layer=24, n_head=16, n_embd=1024),  # 350M
-    "gpt2-large": GPTConfig(n_layer=36, n_head=20, n_embd=1280),  # 774M
-    "gpt2-xl": GPTConfig(n_layer=48, n_head=25, n_embd=1600),  # 1558M
-    # For CPUs and tests: 2 blocks, 64 wide, a byte-level vocabulary (256 bytes + EOT,
-    # padded to 320), 128 tokens of context. Small enough to train on 2 cores.
-    "gpt2-tiny": GPTConfig(block_size=128, vocab_size=320, n_layer=2, n_head=2, n_embd=64),
-}
+from autotune.model.sizes import GPTConfig
 
 
 class CausalSelfAttention(nn.Module):

@@ -11,9 +11,10 @@ import importlib.util
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch.nn as nn
+if TYPE_CHECKING:  # annotations only: reading a model name imports no torch
+    import torch.nn as nn
 
 from autotune.errors import UsageError
 

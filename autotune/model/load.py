@@ -6,19 +6,22 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-
-import torch.nn as nn
+from typing import TYPE_CHECKING
 
 from autotune.errors import UsageError
-from autotune.model.contract import check_label_alignment
-from autotune.model.gpt import GPT, MODEL_SIZES
 from autotune.model.hf import HF_MODELS, build_hf_model, check_hf_name, is_hf_name
+from autotune.model.sizes import MODEL_SIZES
+
+if TYPE_CHECKING:
+    import torch.nn as nn
 
 
 def build_model(name: str) -> nn.Module:
     """`gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`, `gpt2-tiny`; `hf:NAME` or `hf:PATH`
     (a transformers model, random weights); or `package.module:factory`."""
     if name in MODEL_SIZES:
+        from autotune.model.gpt import GPT  # torch: only when a model is built, not when named
+
         return GPT(MODEL_SIZES[name])
     if is_hf_name(name):
         return build_hf_model(name)
@@ -65,6 +68,10 @@ def _load_factory(name: str):
 
 
 def _build_user_model(name: str) -> nn.Module:
+    import torch.nn as nn
+
+    from autotune.model.contract import check_label_alignment
+
     factory = _load_factory(name)
     model = factory()
     if not isinstance(model, nn.Module):

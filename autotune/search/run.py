@@ -184,8 +184,8 @@ def memory_headroom(settings: SearchSettings) -> float:
 
 def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     """Validate everything before anything is written: (context, study name, storage URL)."""
-    from autotune.model.gpt import MODEL_SIZES  # the tuner needs a model's shape, hence torch
     from autotune.model.load import check_model_name
+    from autotune.model.sizes import MODEL_SIZES  # without torch
 
     if ":" not in settings.model:
         check_model_name(settings.model)  # a name of ours, or UsageError; imports nothing

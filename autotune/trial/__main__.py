@@ -87,9 +87,9 @@ def _probe(request: dict[str, Any]) -> dict[str, Any]:
     name = request["model"]
     try:
         from autotune.data.datasets import make_dataset
-        from autotune.model.gpt import MODEL_SIZES
         from autotune.model.introspect import ModelShape, model_shape
         from autotune.model.load import build_model
+        from autotune.model.sizes import MODEL_SIZES
 
         seq_len = request.get("seq_len")
         if name in MODEL_SIZES:  # ours: its shape is known without building (gpt2-xl is 6 GB)

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from autotune.config import IGNORE_INDEX
-from autotune.model.gpt import MODEL_SIZES
 from autotune.model.introspect import non_embedding_params
 from autotune.model.load import build_model
+from autotune.model.sizes import MODEL_SIZES
 from tests.helpers import meta_model
 
 

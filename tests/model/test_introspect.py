@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune.model.gpt import MODEL_SIZES
 from autotune.model.introspect import find_blocks, model_shape
+from autotune.model.sizes import MODEL_SIZES
 from tests.helpers import meta_model
 
 REAL_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")

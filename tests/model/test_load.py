@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from autotune.errors import UsageError
-from autotune.model.gpt import MODEL_SIZES
 from autotune.model.introspect import find_blocks, model_shape
 from autotune.model.load import build_model
+from autotune.model.sizes import MODEL_SIZES
 
 
 def test_unknown_model_lists_the_names():
