@@ -194,7 +194,7 @@ def test_private_optuna_attributes_are_read_in_one_function():
     assert sorted(set(readers)) == ["autotune.search.storage.internals"]
 
 
-READ_A_STUDY = """
+CLI_IN_A_FRESH_PROCESS = """
 import json, sys
 from click.testing import CliRunner
 from autotune.cli import main
@@ -203,6 +203,23 @@ results = [runner.invoke(main, args) for args in json.loads(sys.argv[1])]
 print(json.dumps({"codes": [r.exit_code for r in results], "out": [r.output for r in results],
                   "torch": "torch" in sys.modules}))
 """
+
+
+def cli_in_a_fresh_process(commands: list[list[str]], cwd: Path) -> dict:
+    """Run autotune commands in one new interpreter: exit codes, outputs, and whether torch
+    was imported by the end."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CLI_IN_A_FRESH_PROCESS, json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["codes"] == [0] * len(commands), result["out"]
+    return result
 
 
 @pytest.mark.process
@@ -243,27 +260,7 @@ def test_reading_a_study_does_not_import_torch(tmp_path):
         # Not `--format hf` or `lightning`: they name their fields from the installed library
         # (transformers' TrainingArguments, Lightning's Trainer), which imports torch.
     ]
-    proc = subprocess.run(
-        [sys.executable, "-c", READ_A_STUDY, json.dumps(commands)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["codes"] == [0] * len(commands), result["out"]
-    assert result["torch"] is False
-
-
-SEARCH_AND_REPORT = """
-import json, sys
-from click.testing import CliRunner
-from autotune.cli import main
-result = CliRunner().invoke(main, json.loads(sys.argv[1]))
-print(json.dumps({"code": result.exit_code, "out": result.output, "torch": "torch" in sys.modules}))
-"""
+    assert cli_in_a_fresh_process(commands, tmp_path)["torch"] is False
 
 
 @pytest.mark.process
@@ -275,16 +272,6 @@ def test_the_tuner_of_a_search_does_not_import_torch(tmp_path):
 
     args = ["search", "--model", "gpt2-tiny", *FAST, "--space", str(TINY_SPACE), "--n-trials", "1"]
     args += ["--no-references", "--no-confirm"]  # the one trial is all this needs
-    proc = subprocess.run(
-        [sys.executable, "-c", SEARCH_AND_REPORT, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["code"] == 0, result["out"]
+    result = cli_in_a_fresh_process([args], tmp_path)
     assert (tmp_path / "recipes" / "gpt2-tiny-cpu.json").is_file()
     assert result["torch"] is False
