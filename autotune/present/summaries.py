@@ -346,12 +346,14 @@ def format_profile(report) -> str:
         )
         for op in report.top_ops
     ]
-    warning = []
-    if report.compiles_in_window:
-        warning = [
+    warning = (
+        [
             f"warning: {report.compiles_in_window} compile event(s) inside the profiled steps: their time is in "
-            f"'{CATEGORY_LABELS['compiled']}', not the steady state's; profile again with more --warmup",
+            f"'{CATEGORY_LABELS['compiled']}', not the steady state's; profile again with more --warmup"
         ]
+        if report.compiles_in_window
+        else []
+    )
     return "\n".join(
         [
             head,

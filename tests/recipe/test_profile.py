@@ -60,7 +60,7 @@ def test_profile_report_figures(recipe, tmp_path):
 def test_no_garbage_collection_inside_the_profiled_steps(recipe, tmp_path):
     """A collection of a large heap stalls whichever op is running for as long as it takes
     (seconds in a long-lived process), and over a few profiled steps that stall is most of
-    the breakdown. The profile collects before its window and none inside it."""
+    the breakdown. The profile holds collection off inside its window, and only there."""
     import gc
 
     import torch
@@ -82,6 +82,20 @@ def test_no_garbage_collection_inside_the_profiled_steps(recipe, tmp_path):
     assert during_profile, "no collection at all: the test proves nothing"
     assert not any(during_profile), f"{sum(during_profile)} collections inside the profiled window"
     assert gc.isenabled()
+
+
+def test_a_caller_that_turned_collection_off_keeps_it_off():
+    import gc
+
+    from autotune.measure.profile import no_garbage_collection
+
+    gc.disable()
+    try:
+        with no_garbage_collection():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_a_compile_inside_the_profiled_steps_is_counted_and_said(tmp_path, monkeypatch, aot_eager, fresh_dynamo):
