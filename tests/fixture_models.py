@@ -2,9 +2,15 @@
 
 `make_llama`: a Llama-style layout (blocks at `model.layers`, RMSNorm, SwiGLU, untied head),
 exposing `vocab_size` and `context_length` and returning the loss from forward(input_ids, labels).
-`make_odd_path`: the same blocks at `backbone.stack`, a path autotune cannot guess."""
+`make_odd_path`: the same blocks at `backbone.stack`, a path autotune cannot guess.
+`make_llama_reporting_its_process`: make_llama, after starting a process as a DataLoader starts
+its workers and writing to $AUTOTUNE_TEST_REPORT where that process came from."""
 
 from __future__ import annotations
+
+import json
+import multiprocessing
+import os
 
 import torch
 import torch.nn as nn
@@ -98,3 +104,20 @@ def make_odd_path() -> OddPath:
 
 def not_a_module() -> str:
     return "a string"
+
+
+def make_llama_reporting_its_process() -> LlamaLike:
+    context = multiprocessing.get_context()  # a DataLoader's workers: torch's default context
+    parents = context.SimpleQueue()
+    child = context.Process(target=_put_parent_pid, args=(parents,))
+    child.start()
+    child_parent = parents.get()
+    child.join()
+    report = {"start_method": context.get_start_method(), "factory_pid": os.getpid(), "child_parent": child_parent}
+    with open(os.environ["AUTOTUNE_TEST_REPORT"], "w", encoding="utf-8") as f:
+        json.dump(report, f)
+    return LlamaLike()
+
+
+def _put_parent_pid(queue) -> None:
+    queue.put(os.getppid())

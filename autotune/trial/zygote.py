@@ -8,8 +8,9 @@ trial starts CUDA, compiles and loads data in its own address space, as a fresh 
 
 Each child becomes what `python -m autotune.trial` would be: its own session (its group is
 killed whole), stdout and stderr to the trial's file, the environment and working directory
-the runner gives it (the working directory first on sys.path, as `-m` puts it), and death with
-its parent, the server, which exits when the tuner does.
+the runner gives it (the working directory first on sys.path, as `-m` puts it), the platform's
+default multiprocessing start method (a DataLoader's workers fork from the trial), and death
+with its parent, the server, which exits when the tuner does.
 
 The server starts with this tuner's token in its environment (TOKEN_ENV). A forked process
 shows the environment of its last exec'd ancestor in /proc/PID/environ, so the token marks
@@ -160,6 +161,11 @@ def _environment(name: str, value: str) -> Iterator[None]:
 def _child(argv: list[str], env: dict[str, Any], cwd: str, output: str) -> None:
     """In the forked trial: become `python -m autotune.trial ARGV`."""
     os.setsid()
+    # multiprocessing's default context, as a fresh interpreter has it: a forked child inherits
+    # the server's (forkserver), and a DataLoader's workers would then come from a second fork
+    # server, an interpreter importing torch inside the trial, not forked from it as in a user's
+    # `python train.py` (seconds of warm-up and hundreds of MiB the configuration does not cost).
+    multiprocessing.set_start_method(None, force=True)
     fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)

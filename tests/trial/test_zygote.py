@@ -13,6 +13,7 @@ import pytest
 from autotune.config import RunSpec, TrainConfig
 from autotune.device.memory import read_stat
 from autotune.trial import runner, zygote
+from autotune.trial.probe import probe
 from autotune.trial.runner import run_trial
 from tests.helpers import ROOT
 
@@ -41,6 +42,22 @@ def test_trials_fork_from_one_server_not_from_the_tuner(monkeypatch):
 def test_exec_starts_each_trial_as_a_child_of_the_tuner(monkeypatch):
     monkeypatch.setenv("AUTOTUNE_TRIAL_START", "exec")
     assert parents_of_trials(1) == [os.getpid()]
+
+
+def test_a_forked_trial_starts_processes_as_a_fresh_interpreter_would(monkeypatch, tmp_path):
+    # A trial's DataLoader workers start from multiprocessing's default context. Forked from the
+    # fork server, a trial inherited the server's context: each worker then came from a second
+    # fork server, an interpreter importing torch in the trial's tree (seconds of warm-up and
+    # ~500 MiB of RSS a configuration with workers does not cost in `python train.py`).
+    monkeypatch.delenv("AUTOTUNE_TRIAL_START", raising=False)
+    monkeypatch.setenv("AUTOTUNE_TEST_REPORT", str(tmp_path / "report.json"))
+    probe("tests.fixture_models:make_llama_reporting_its_process", timeout_s=120)
+    report = json.loads((tmp_path / "report.json").read_text())
+    fresh = "import multiprocessing; print(multiprocessing.get_start_method())"
+    fresh_method = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, check=True).stdout
+    assert report["start_method"] == fresh_method.strip(), report
+    if report["start_method"] == "fork":
+        assert report["child_parent"] == report["factory_pid"], report
 
 
 def test_a_temp_dir_too_deep_for_the_servers_socket_runs_trials_all_the_same(tmp_path):
