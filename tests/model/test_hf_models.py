@@ -254,7 +254,9 @@ def test_checkpointed_compiled_hf_blocks_compile_once(make, overrides, sdpa, fre
     from torch._dynamo.utils import counters
 
     model = make(**overrides)
-    cfg = TrainConfig(compile_mode="default", checkpoint_layers=(0, 2), sdpa_backend=sdpa)
+    # Fixed batching: static shapes, as the one width below is. Both failures show there too, and
+    # the dynamic-shape trace padded batching asks for costs ~40 s more of sympy per model here.
+    cfg = TrainConfig(batching="fixed", compile_mode="default", checkpoint_layers=(0, 2), sdpa_backend=sdpa)
     Recipe(config=cfg).apply_to_model(model)
     start = counters["stats"]["unique_graphs"]  # dynamo's reset leaves its counters
     # Hitting the recompile limit raises instead of silently running eager.
