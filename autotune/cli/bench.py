@@ -32,11 +32,13 @@ def _run_spec(
 ):
     from autotune.config import RunSpec
     from autotune.device import resolve_device
-    from autotune.model.load import check_model_name
+    from autotune.model.load import check_model_name, is_users_code
 
-    if ":" in model:
-        # A user's factory is built first in a child process, under a timeout: a factory that
-        # raises, exits or hangs is one line (exit 2), not a traceback or a hang.
+    if is_users_code(model):
+        # A user's factory (or config directory) is built first in a child process, under a
+        # timeout: one that raises, exits or hangs is one line (exit 2), not a traceback or a
+        # hang. autotune's own models are not: the child would import torch (and transformers)
+        # a second time only to build what this process builds next.
         from autotune.trial.probe import probe
 
         probe(model, data=data, seq_len=seq_len, timeout_s=PROBE_TIMEOUT_S)

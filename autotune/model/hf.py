@@ -80,6 +80,11 @@ def is_hf_name(name: str) -> bool:
     return name.startswith(HF_PREFIX)
 
 
+def is_builtin_hf_name(name: str) -> bool:
+    """`hf:NAME` with NAME one of HF_MODELS (not a path)."""
+    return is_hf_name(name) and name[len(HF_PREFIX) :] in HF_MODELS
+
+
 def check_hf_name(name: str) -> None:
     """Validate an `hf:` model name without building it or importing transformers."""
     if importlib.util.find_spec("transformers") is None:

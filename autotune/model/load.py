@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.errors import UsageError
-from autotune.model.hf import HF_MODELS, build_hf_model, check_hf_name, is_hf_name
+from autotune.model.hf import HF_MODELS, build_hf_model, check_hf_name, is_builtin_hf_name, is_hf_name
 from autotune.model.sizes import MODEL_SIZES
 
 if TYPE_CHECKING:
@@ -41,6 +41,12 @@ def check_model_name(name: str) -> None:
         _load_factory(name)
         return
     raise _unknown(name)
+
+
+def is_users_code(name: str) -> bool:
+    """Whether building `name` runs code or reads files the user supplied (a factory
+    `package.module:fn`, a config directory `hf:PATH`), not one of autotune's own models."""
+    return ":" in name and not is_builtin_hf_name(name)
 
 
 def _unknown(name: str) -> UsageError:

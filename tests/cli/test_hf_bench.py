@@ -5,6 +5,7 @@ the labels again (it was accepted silently; now refused with the fix)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -31,6 +32,24 @@ def autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "autotune", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
+
+
+def test_bench_builds_only_a_users_code_in_a_child_first(monkeypatch, tmp_path):
+    """bench measures in its own process. A user's factory or config directory is built in a
+    child first, under a timeout (one line if it raises, exits or hangs); autotune's own models
+    are not: for an `hf:` one, that child was a second interpreter importing torch and
+    transformers (~13 s of CPU here) to build what bench then built again."""
+    import autotune.trial.probe
+
+    bench_cli = importlib.import_module("autotune.cli.bench")  # the module: autotune.cli.bench is the command
+
+    probed = []
+    monkeypatch.setattr(autotune.trial.probe, "probe", lambda model, **kw: probed.append(model))
+    (tmp_path / "config.json").write_text("{}")  # a user's config directory, as far as bench can tell
+    users = ["tests.fixture_models:make_llama", f"hf:{tmp_path}"]
+    for model in ["gpt2-tiny", "hf:gpt2-tiny", "hf:llama-tiny", *users]:
+        assert bench_cli._run_spec(model, "cpu", "synthetic", None, 1, 2, 0.0, 0).model == model
+    assert probed == users
 
 
 @pytest.mark.process
