@@ -43,6 +43,11 @@ def check_model_name(name: str) -> None:
     raise _unknown(name)
 
 
+def is_factory_name(name: str) -> bool:
+    """`package.module:factory`: building it imports a module and calls it."""
+    return ":" in name and not is_hf_name(name)
+
+
 def is_users_code(name: str) -> bool:
     """Whether building `name` runs code or reads files the user supplied (a factory
     `package.module:fn`, a config directory `hf:PATH`), not one of autotune's own models."""

@@ -71,6 +71,7 @@ from autotune.config import (
 from autotune.device.disk import write_text_atomic
 from autotune.errors import RecipeEnvironmentWarning, UnsupportedConfig, UsageError
 from autotune.measure.measurement import Measurement
+from autotune.model.load import is_factory_name
 from autotune.units import MIN_MEMORY_SIZE, format_bytes
 
 if TYPE_CHECKING:  # torch is imported by the methods that need it, not by `import autotune`
@@ -226,7 +227,8 @@ class Recipe:
 
     def model_to_run(self, model: str | None = None, *, allow_import: bool = False) -> str:
         """The model `verify` and `profile` build for this recipe. `model` (the user's own
-        --model) comes first. Otherwise the recipe's: one of autotune's models as it is, but a
+        --model) comes first. Otherwise the recipe's: one of autotune's models or an `hf:`
+        one (built from a config, no module imported) as it is, but a
         `package.module:factory` would import a module and call it, code that whoever wrote
         the recipe chose, so it is refused (UsageError) unless `allow_import` says the user
         trusts it."""
@@ -235,7 +237,7 @@ class Recipe:
         name = self.model.get("name")
         if not name:
             raise UsageError("the recipe names no model (model.name): give --model")
-        if ":" in name and not allow_import:
+        if is_factory_name(name) and not allow_import:
             module = name.partition(":")[0]
             raise UsageError(
                 f"the recipe names the model {name!r}, which would import and run code from {module!r}: "

@@ -67,6 +67,11 @@ def test_the_model_to_run_is_the_users_choice():
     assert recipe.model_to_run(allow_import=True) == "evilmod:factory"
     assert recipe.model_to_run("gpt2-tiny") == "gpt2-tiny"
     assert Recipe.from_dict(recipe_dict()).model_to_run() == "gpt2-tiny"  # ours: nothing to allow
+    # A Hugging Face model is built from a config (ours, or a local directory's config.json,
+    # without remote code): no module is imported, so nothing to allow either. A search of
+    # `--model hf:gpt2` wrote recipes that verify and profile refused as code "from 'hf'".
+    for name in ("hf:gpt2-tiny", "hf:/models/my-llama"):
+        assert Recipe.from_dict(recipe_dict(model__name=name)).model_to_run() == name
 
 
 def test_ten_thousand_workers_are_refused_before_any_process(tmp_path, monkeypatch, no_run):
