@@ -221,6 +221,7 @@ def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_mode
     """Profile RECIPE's training step: where the time goes (data wait, attention, matmuls,
     elementwise, optimizer) and a Chrome trace for Perfetto or chrome://tracing."""
     from autotune.config import check_runnable_here
+    from autotune.model.load import is_users_code
     from autotune.present.summaries import format_profile
     from autotune.recipe.profile import profile_recipe
 
@@ -228,7 +229,7 @@ def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_mode
     recipe = load_recipe(recipe_path, device)
     name = recipe.model_to_run(model, allow_import=allow_model_import)
     check_runnable_here(recipe.config, where=f"recipe {recipe_path}: config")
-    if ":" in name:
+    if is_users_code(name):  # as bench: profiled in this process, so only a user's code is probed first
         from autotune.trial.probe import probe
 
         probe(name, data=data, seq_len=recipe.model.get("seq_len"), timeout_s=DEFAULT_PROBE_TIMEOUT_S)
