@@ -19,6 +19,10 @@ from autotune.errors import RecipeEnvironmentWarning
 from autotune.model.load import build_model
 from autotune.recipe import Recipe
 
+# Lightning and transformers' Trainer cost ~12 s of CPU to import in a process: the tests that
+# import them share one xdist worker (conftest: --dist loadgroup), which pays it once.
+pytestmark = pytest.mark.xdist_group("integrations")
+
 SNIPPETS = Path(__file__).resolve().parents[2] / "examples" / "readme_snippets.md"
 README = Path(__file__).resolve().parents[2] / "README.md"
 # What the snippets load: runnable on a CPU, and exercising what HF models tripped over:

@@ -15,6 +15,10 @@ import pytest
 from autotune.recipe.export import render
 from tests.recipe.test_export import make_recipe
 
+# Lightning and transformers' Trainer cost ~12 s of CPU to import in a process: the tests that
+# import them share one xdist worker (conftest: --dist loadgroup), which pays it once.
+pytestmark = pytest.mark.xdist_group("integrations")
+
 ON = "PYTORCH_CUDA_ALLOC_CONF"
 
 

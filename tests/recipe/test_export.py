@@ -16,6 +16,10 @@ from autotune.recipe import Recipe
 from autotune.recipe.export import FORMATS, render
 from tests.helpers import TUNED, invoke
 
+# Lightning and transformers' Trainer cost ~12 s of CPU to import in a process: the tests that
+# import them share one xdist worker (conftest: --dist loadgroup), which pays it once.
+pytestmark = pytest.mark.xdist_group("integrations")
+
 
 def make_recipe(**knobs) -> Recipe:
     return Recipe(

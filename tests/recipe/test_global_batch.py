@@ -17,6 +17,10 @@ from autotune.measure import outcomes
 from autotune.recipe import Recipe
 from autotune.recipe.export import render
 
+# Lightning and transformers' Trainer cost ~12 s of CPU to import in a process: the tests that
+# import them share one xdist worker (conftest: --dist loadgroup), which pays it once.
+pytestmark = pytest.mark.xdist_group("integrations")
+
 
 def make_recipe(global_batch_tokens: int | None = 524288, **knobs) -> Recipe:
     return Recipe(

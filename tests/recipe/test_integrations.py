@@ -24,6 +24,10 @@ from autotune.recipe import Recipe  # noqa: E402
 from autotune.recipe.export import render  # noqa: E402
 from tests.helpers import TUNED  # noqa: E402
 
+# Lightning and transformers' Trainer cost ~12 s of CPU to import in a process: the tests that
+# import them share one xdist worker (conftest: --dist loadgroup), which pays it once.
+pytestmark = pytest.mark.xdist_group("integrations")
+
 FIVE = int(transformers.__version__.split(".")[0]) >= 5
 
 
