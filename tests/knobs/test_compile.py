@@ -47,6 +47,30 @@ def first_measured_shape(cfg: TrainConfig) -> tuple[int, int]:
 
 
 @pytest.mark.compile
+@pytest.mark.parametrize("scope", ["blocks", "blocks+head", "model"])
+def test_a_dynamic_compile_traces_once(scope, fresh_dynamo, aot_eager):
+    """dynamic=True (padded batches) makes every Python float dynamo meets an input of the
+    graph, LayerNorm's eps too; layer_norm needs a real float, so dynamo traced the whole
+    graph, gave up and traced it again (seconds of a compiled trial's warm-up, on any
+    device). The first compile now keeps such floats constant: one trace per graph."""
+    from torch._dynamo.utils import counters
+
+    model = tiny()
+    apply_compile(model, "default", scope=scope, dynamic=True)
+    x, y = batch()
+    model(x, y).backward()
+    traced = dict(counters["aot_autograd"])  # graphs handed on (total) and compiled (ok)
+    assert traced["total"] == traced["ok"] >= 1, traced
+    model(*batch(width=40, rows=3)).backward()  # another shape: the same graphs
+    assert dict(counters["aot_autograd"]) == traced
+    # Then the blocks' and the head's compiled calls are torch's own: nothing added per step.
+    compiled_calls = [b._compiled_call_impl for b in find_blocks(model) if is_compiled(b)]
+    compiled_calls += [model._compiled_call_impl] if is_compiled(model) else []
+    compiled_calls += [model.head_loss] if scope == "blocks+head" else []
+    assert compiled_calls and all(hasattr(c, "_torchdynamo_orig_callable") for c in compiled_calls)
+
+
+@pytest.mark.compile
 def test_compile_compiles_each_block_and_runs_compiled_graphs(fresh_dynamo):
     eager = tiny()
     model = copy.deepcopy(eager)
