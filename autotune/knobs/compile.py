@@ -99,8 +99,9 @@ class _FloatsConstantUntilTrained:
     first trace: 7.5 s -> 3.2 s of compile for gpt2-tiny's padded bf16 blocks on a CPU. Only
     while compiling: a float that does vary between calls (none in a transformer block) would
     be a recompile, and a process's other compiled code (an optimizer step with its learning
-    rate) is left as torch would have it. The first training step compiles the forward; the
-    eager probes before it (no gradients) keep the wrapper, which then costs nothing per step."""
+    rate) is left as torch would have it. Calls without gradients (evaluation, the label
+    probe) keep the wrapper; the first training step, which compiles the forward, removes it,
+    so training steps pay nothing for it."""
 
     def __init__(self, owner: Any, attribute: str, compiled: Any) -> None:
         self._owner, self._attribute, self._compiled = owner, attribute, compiled
