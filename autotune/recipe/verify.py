@@ -39,10 +39,10 @@ def recipe_run_spec(
     model: str | None,
     allow_model_import: bool,
 ) -> RunSpec:
-    """The run of `recipe` here, checked before anything runs: the model (a factory is built
-    in a child process first, under the timeout), the data, the workers this machine can
-    start; the recipe's memory limit and global batch."""
-    from autotune.model.load import check_model_name
+    """The run of `recipe` here, checked before anything runs: the model (a user's factory
+    or config directory is built in a child process first, under the timeout), the data, the
+    workers this machine can start; the recipe's memory limit and global batch."""
+    from autotune.model.load import check_model_name, is_users_code
 
     limit = recipe.measured.get("memory_limit_bytes")
     name = recipe.model_to_run(model, allow_import=allow_model_import)
@@ -51,7 +51,7 @@ def recipe_run_spec(
     if data != "synthetic" and not Path(data).is_file():
         raise UsageError(f"the recipe was measured on {data}, which is not here; give --data PATH (or synthetic)")
     seq_len = recipe.model.get("seq_len")
-    if ":" in name:  # a factory: built once in a child process, so its failures are one line
+    if is_users_code(name):  # a user's factory or config: built in a child first, its failures one line
         from autotune.trial.probe import probe
 
         probe(name, data=data, seq_len=seq_len if isinstance(seq_len, int) else None, timeout_s=timeout_s)

@@ -11,7 +11,7 @@ import pytest
 from autotune.errors import UsageError
 from autotune.recipe.recipe import Recipe
 from autotune.units import parse_fraction
-from tests.helpers import FAST, invoke, save_recipe
+from tests.helpers import FAST, cpu_recipe, invoke, save_recipe
 
 
 @pytest.mark.process  # verify measures in a trial process
@@ -70,3 +70,29 @@ def test_bad_tolerance_exits_2_naming_the_option(recipe, tmp_path, bad):
     result = invoke("verify", str(save_recipe(recipe, tmp_path / "r.json")), "--tolerance", bad)
     assert result.exit_code == 2
     assert "--tolerance" in result.output
+
+
+def test_verify_builds_only_a_users_code_in_a_child_first(monkeypatch, tmp_path):
+    """As bench: a user's factory or config directory is probed first; autotune's own models
+    (an `hf:` one too) are only named, and the trial builds them."""
+    import autotune.trial.probe
+    from autotune.recipe.verify import recipe_run_spec
+
+    probed = []
+    monkeypatch.setattr(autotune.trial.probe, "probe", lambda model, **kw: probed.append(model))
+    (tmp_path / "config.json").write_text("{}")
+    users = ["tests.fixture_models:make_llama", f"hf:{tmp_path}"]
+    for model in ["gpt2-tiny", "hf:gpt2-tiny", *users]:
+        spec = recipe_run_spec(
+            cpu_recipe(),
+            device="cpu",
+            data=None,
+            warmup=1,
+            steps=2,
+            min_time_s=0.0,
+            timeout_s=60,
+            model=model,
+            allow_model_import=False,
+        )
+        assert spec.model == model
+    assert probed == users
