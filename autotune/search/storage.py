@@ -376,7 +376,9 @@ def open_storage(url: str, *, grace_period_s: int | None = None, create: bool = 
                 heartbeat_stale_trial_callback=RetryStaleTrial(max_retry=1),
             )
         engine = {"connect_args": {"connect_timeout": 10}} if url.startswith("postgres") else None
-        return _rdb_storage(with_driver(url), engine, heartbeat)
+        storage = _rdb_storage(with_driver(url), engine, heartbeat)
+        check_schema(storage, url)
+        return storage
     except UsageError:
         raise
     except Exception as exc:
@@ -508,12 +510,37 @@ def _rdb_storage(url: str, engine: dict[str, Any] | None, heartbeat: dict[str, A
     for attempt in range(SCHEMA_ATTEMPTS):
         try:
             with _quiet_experimental():
-                return RDBStorage(url, engine_kwargs=engine, **heartbeat)
+                return RDBStorage(url, engine_kwargs=engine, skip_compatibility_check=True, **heartbeat)
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
             if attempt == SCHEMA_ATTEMPTS - 1:
                 raise
             time.sleep(0.2 + random.random() * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+_newest_schema: list[str] = []  # read once per process, see check_schema
+
+
+def check_schema(storage: RDBStorage, url: str) -> None:
+    """The storage's tables must have the schema this Optuna writes. Optuna's own check (which
+    `_rdb_storage` turns off) reads its alembic migration scripts on every open, tens of ms
+    each time, as each script defines its tables again; the newest schema they name depends
+    only on the installed Optuna, so a process reads them once for any number of storages."""
+    if not _newest_schema:
+        _newest_schema.append(storage.get_head_version())
+    current, newest = storage.get_current_version(), _newest_schema[0]
+    if current == newest:
+        return
+    shown = redact(url)
+    if current in storage.get_all_versions():
+        raise UsageError(
+            f"storage {shown}: its tables have Optuna's schema {current}, this Optuna ({optuna.__version__}) "
+            f"needs {newest}: run `optuna storage upgrade --storage {shown}` (back it up first)"
+        )
+    raise UsageError(
+        f"storage {shown}: its tables have Optuna's schema {current}, made by a newer Optuna than this one "
+        f"({optuna.__version__}): upgrade it (`pip install -U optuna`)"
+    )
 
 
 def study_names(storage: optuna.storages.BaseStorage) -> list[str]:

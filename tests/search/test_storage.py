@@ -58,6 +58,48 @@ def test_a_missing_file_is_a_usage_error(tmp_path):
     assert not (tmp_path / "nope.db").exists()
 
 
+def test_reopening_a_storage_does_not_read_optunas_migration_scripts_again(tmp_path, monkeypatch):
+    """Optuna's own schema check reads its alembic migration scripts on every open (tens of ms:
+    each defines its tables again); the newest schema they name depends only on the installed
+    Optuna, so a process reads them at most once to check any number of storages."""
+    import alembic.script
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    open_storage(url).engine.dispose()  # a new file: Optuna stamps its tables with the newest schema
+    reads = []
+    from_config = alembic.script.ScriptDirectory.from_config.__func__
+    monkeypatch.setattr(
+        alembic.script.ScriptDirectory,
+        "from_config",
+        classmethod(lambda cls, config: reads.append(1) or from_config(cls, config)),
+    )
+    for _ in range(3):
+        open_storage(url, create=False).engine.dispose()
+    assert len(reads) <= 1
+
+
+@pytest.mark.parametrize(
+    ("stamped", "advice"),
+    [
+        ("v3.0.0.d", "run `optuna storage upgrade --storage sqlite:///{path}` (back it up first)"),
+        ("v9.9.9.z", "made by a newer Optuna than this one"),
+    ],
+)
+def test_a_storage_of_another_optuna_schema_is_refused_in_one_line_saying_what_to_do(tmp_path, stamped, advice):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    open_storage(f"sqlite:///{path}").engine.dispose()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE alembic_version SET version_num = ?", (stamped,))
+    with pytest.raises(UsageError) as refused:
+        open_storage(f"sqlite:///{path}", create=False)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"storage sqlite:///{path}: ")
+    assert stamped in message and advice.format(path=path) in message
+
+
 def test_passwords_never_show():
     with pytest.raises(UsageError) as err:
         load_ref("postgresql://tuner:s3cret@127.0.0.1:1/autotune#x")
