@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 import contextlib  # noqa: E402
+import gc  # noqa: E402
 import glob  # noqa: E402
 import pwd  # noqa: E402
 import shutil  # noqa: E402
@@ -160,6 +161,21 @@ def pytest_configure(config) -> None:
     except ImportError:  # another pytest: its default
         return
     config.stash[gc_collect_iterations_key] = 1
+
+
+def pytest_collection_finish(session) -> None:
+    """Freeze what imports and collection made (torch, dynamo, transformers, the test items:
+    well over a million objects, alive until the end anyway): a full collection then walks
+    only what the tests make, not all of it again each time."""
+    gc.freeze()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config) -> None:
+    """Freeze everything before the interpreter exits: its final collections would otherwise
+    walk the whole heap, 2-5 s in every worker and the controller, to free memory the
+    process is about to give back anyway."""
+    gc.freeze()
 
 
 def _in_xdist_worker(config) -> bool:
