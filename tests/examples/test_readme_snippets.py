@@ -92,6 +92,11 @@ def test_a_trainer_run_with_a_recipe(workdir):
     assert losses and all(math.isfinite(v) for v in losses)
 
 
+# Lightning's advice on a three-step CPU run (no TensorBoard, fewer batches than its log
+# interval) is noise here, and costly: pytest-xdist's controller imports the module of each
+# warning's class to show it, and importing Lightning takes it ~10 s, in which this worker's
+# reports back up and it waits.
+@pytest.mark.filterwarnings("ignore:::lightning")
 def test_a_lightning_run_with_a_recipe(workdir):
     pytest.importorskip("lightning")
     code = snippet("With Lightning")
