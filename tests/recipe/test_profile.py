@@ -98,6 +98,7 @@ def test_a_caller_that_turned_collection_off_keeps_it_off():
         gc.enable()
 
 
+@pytest.mark.compile
 def test_a_compile_inside_the_profiled_steps_is_counted_and_said(tmp_path, monkeypatch, aot_eager, fresh_dynamo):
     """Warm-up compiles every shape first; were a step inside the window to compile anyway
     (here: no warm-up at all), its compile time would read as the step's. The report counts
