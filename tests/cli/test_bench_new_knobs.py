@@ -3,36 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-import pytest
-
-pytestmark = pytest.mark.process
+from tests.helpers import invoke
 
 
 def bench(*sets: str) -> tuple[int, dict]:
-    args = [
-        sys.executable,
-        "-m",
-        "autotune",
-        "bench",
-        "--model",
-        "gpt2-tiny",
-        "--device",
-        "cpu",
-        "--warmup",
-        "1",
-        "--steps",
-        "2",
-        "--min-time",
-        "0",
-        "--json",
-    ]
+    args = ["bench", "--model", "gpt2-tiny", "--device", "cpu", "--warmup", "1", "--steps", "2", "--min-time", "0"]
     for s in sets:
         args += ["--set", s]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    return proc.returncode, json.loads(proc.stdout)
+    result = invoke(*args, "--json")
+    return result.exit_code, json.loads(result.stdout)
 
 
 def test_bench_set_new_knobs():
@@ -46,11 +26,6 @@ def test_bench_set_new_knobs():
 
 
 def test_bench_rejects_a_scope_without_compile():
-    proc = subprocess.run(
-        [sys.executable, "-m", "autotune", "bench", "--set", "compile_scope=model"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 2
-    assert "compile_scope=model needs a compile_mode other than none (nothing is compiled)" in proc.stderr
+    result = invoke("bench", "--set", "compile_scope=model")
+    assert result.exit_code == 2
+    assert "compile_scope=model needs a compile_mode other than none (nothing is compiled)" in result.stderr
