@@ -8,10 +8,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -23,15 +19,6 @@ from autotune.config import RunSpec, TrainConfig  # noqa: E402
 from autotune.errors import UsageError  # noqa: E402
 from autotune.measure import outcomes  # noqa: E402
 from autotune.measure.loop import measure  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "autotune", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
 
 
 def test_bench_builds_only_a_users_code_in_a_child_first(monkeypatch, tmp_path):
@@ -52,27 +39,29 @@ def test_bench_builds_only_a_users_code_in_a_child_first(monkeypatch, tmp_path):
     assert probed == users
 
 
-@pytest.mark.process
-def test_bench_an_hf_model_end_to_end(tmp_path):
-    proc = autotune(
-        "bench",
-        "--model",
-        "hf:gpt2-tiny",
-        "--device",
-        "cpu",
-        "--min-time",
-        "0",
-        "--steps",
-        "2",
-        "--warmup",
-        "1",
-        "--set",
-        "token_budget=1024",  # 9 batch shapes warmed up at 8192 would be most of the run
-        "--json",
-        cwd=tmp_path,
+def test_bench_an_hf_model_end_to_end():
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "--model",
+            "hf:gpt2-tiny",
+            "--device",
+            "cpu",
+            "--min-time",
+            "0",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--set",
+            "token_budget=1024",  # 9 batch shapes warmed up at 8192 would be most of the run
+            "--json",
+        ],
+        catch_exceptions=False,
     )
-    assert proc.returncode == 0, proc.stderr
-    m = json.loads(proc.stdout)
+    assert result.exit_code == 0, result.stderr
+    m = json.loads(result.stdout)
     assert m["outcome"] == outcomes.OK and m["tokens_per_sec"] > 0
     assert m["model"] == {
         "name": "hf:gpt2-tiny",
