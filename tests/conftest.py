@@ -31,6 +31,29 @@ os.environ["OMP_NUM_THREADS"] = "1"
 # every process that compiles, to share two cores already busy with the tests' own processes.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
+
+def _temp_files_in_memory(min_free: int = 4 << 30) -> None:
+    """Temporary files (every tmp_path: the tests' SQLite studies, journals, recipes; the
+    trials' files) on /dev/shm when it has room, unless TMPDIR says where. SQLite syncs each
+    commit to disk, 4-5 ms apiece on this machine's disk and thousands of them a session; no
+    test is about the disk. Inductor's cache stays where torch keeps it by default (warm)."""
+    shm = "/dev/shm"
+    if "TMPDIR" in os.environ or not os.path.isdir(shm) or not os.access(shm, os.W_OK | os.X_OK):
+        return
+    stat = os.statvfs(shm)
+    if stat.f_bavail * stat.f_frsize < min_free:
+        return
+    import getpass
+    import tempfile
+
+    inductor_cache = os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")  # torch's default
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", inductor_cache)
+    os.environ["TMPDIR"] = shm  # inherited by every process the tests start
+    tempfile.tempdir = None  # this process's cached choice: made again from TMPDIR
+
+
+_temp_files_in_memory()
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
