@@ -21,7 +21,7 @@ from pathlib import Path
 import optuna
 from click.testing import CliRunner
 from optuna.distributions import CategoricalDistribution, IntDistribution
-from optuna.trial import TrialState, create_trial
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autotune.cli import main
 from autotune.config import RunSpec, TrainConfig
@@ -340,6 +340,38 @@ def load(url: str, study: str) -> optuna.Study:
     return optuna.load_study(study_name=study, storage=open_storage(url, create=False))
 
 
+def running_trial_with_pid(url: str, study: str) -> FrozenTrial | None:
+    """A RUNNING trial whose process has started."""
+    trials = load(url, study).get_trials(deepcopy=False)
+    running = [t for t in trials if t.state == TrialState.RUNNING and t.user_attrs.get("trial_pid")]
+    return running[0] if running else None
+
+
+def hold_a_running_trial(url: str, study: str, tuner: subprocess.Popen) -> FrozenTrial:
+    """A RUNNING trial whose process is stopped (SIGSTOP), so that it is still running when the
+    test's signal lands: a gpt2-tiny trial lasts about a second, less than a loaded machine can
+    take between seeing it run and signalling the tuner (CI once saw it finish first). On Ctrl-C
+    the tuner kills it with SIGKILL, which a stopped process obeys; a test that kills the tuner
+    instead sends SIGCONT, or the trial could never see its tuner die."""
+
+    def held():
+        assert tuner.poll() is None, tuner.communicate()[1][-3000:]
+        trial = running_trial_with_pid(url, study)
+        if trial is None:
+            return None
+        pid = trial.user_attrs["trial_pid"]
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return None  # it ended first: hold the next one
+        deadline = time.monotonic() + 5
+        while (state := process_state(pid)) not in ("T", "Z", None) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return trial if state == "T" else None
+
+    return wait_for(held, 180, "a running trial", poll=0.05)
+
+
 # --- measure()'s data path -------------------------------------------------------------------------
 
 
@@ -411,6 +443,12 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     except OSError:
         return None
     return fields[0], int(fields[2])
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of /proc/PID/stat (R, S, T stopped, Z zombie...), None when gone."""
+    stat = _proc_stat(pid)
+    return stat[0] if stat else None
 
 
 def pid_alive(pid: int) -> bool:

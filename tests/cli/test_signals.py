@@ -11,7 +11,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
 import optuna
 import pytest
@@ -25,13 +24,9 @@ from autotune.recipe.recipe import Recipe
 from autotune.search.run import run_search
 from autotune.search.storage import open_storage
 from tests.attack_helpers import FAST, fake_trials, repo_env, settings
+from tests.helpers import hold_a_running_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def trial_running(url: str, study: str):
-    trials = optuna.load_study(study_name=study, storage=open_storage(url, create=False)).get_trials()
-    return next((t for t in trials if t.state == TrialState.RUNNING and "trial_pid" in t.user_attrs), None)
 
 
 @pytest.mark.process
@@ -55,14 +50,8 @@ def test_sigterm_and_sighup_stop_a_search_like_ctrl_c(tmp_path, monkeypatch, sig
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 240
-    running = None
-    while running is None and tuner.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.3)
-        running = trial_running(url, "s")
-    assert running is not None, tuner.communicate()[1][-3000:]
+    running = hold_a_running_trial(url, "s", tuner)
     assert list(scratch.glob("autotune-trial-*")), "the running trial has its temporary folder"
-    time.sleep(0.5)
     tuner.send_signal(sig)
     out, err = tuner.communicate(timeout=60)
     assert tuner.returncode == code, err[-3000:]

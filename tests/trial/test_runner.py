@@ -5,9 +5,9 @@ and the same command resumes the study."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
-import time
 
 import pytest
 from optuna.trial import TrialState
@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 from autotune.measure import outcomes
 from tests.helpers import (
     FINISHED,
+    hold_a_running_trial,
     load,
     pid_alive,
     run_autotune,
@@ -35,19 +36,10 @@ def seeded(journal_two_workers, tmp_path) -> tuple[str, str]:
     return f"journal:{tmp_path / 'study.journal'}", journal_two_workers.study
 
 
-def running_trial_with_pid(url: str, study: str):
-    """A RUNNING trial whose process has started."""
-    trials = load(url, study).get_trials(deepcopy=False)
-    running = [t for t in trials if t.state == TrialState.RUNNING and t.user_attrs.get("trial_pid")]
-    return running[0] if running else None
-
-
 def test_ctrl_c_kills_the_trial_records_it_interrupted_and_writes_the_best_recipe(seeded, tmp_path):
     url, name = seeded
     tuner = start_tuner(*search_args(url, name, 8), cwd=tmp_path)
-    running = wait_for(lambda: running_trial_with_pid(url, name) or tuner.poll() is not None, 180, "a running trial")
-    assert tuner.poll() is None, tuner.communicate()[1][-3000:]
-    time.sleep(0.5)  # inside the trial, not at its very start
+    running = hold_a_running_trial(url, name, tuner)
     tuner.send_signal(signal.SIGINT)
     out, err = tuner.communicate(timeout=60)
     assert tuner.returncode == 130, err[-3000:]
@@ -64,10 +56,13 @@ def test_ctrl_c_kills_the_trial_records_it_interrupted_and_writes_the_best_recip
 def test_sigkill_of_the_tuner_kills_its_trial_and_the_same_command_resumes(seeded, tmp_path):
     url, name = seeded
     tuner = start_tuner(*search_args(url, name, 8), cwd=tmp_path)
-    running = wait_for(lambda: running_trial_with_pid(url, name) or tuner.poll() is not None, 180, "a running trial")
-    assert tuner.poll() is None, tuner.communicate()[1][-3000:]
+    running = hold_a_running_trial(url, name, tuner)
     before = {t.number: t.state for t in load(url, name).get_trials()}
     tuner.kill()  # SIGKILL: the tuner gets no say
+    tuner.wait()
+    # Held stopped, the trial could not see its tuner die: let it run now (nobody is left to
+    # record what it measures).
+    os.kill(running.user_attrs["trial_pid"], signal.SIGCONT)
     tuner.communicate()
     # PR_SET_PDEATHSIG: the trial process dies with its tuner, it does not run on unattended.
     wait_for(lambda: not pid_alive(running.user_attrs["trial_pid"]), 10, "the trial process to die with its tuner")
