@@ -10,15 +10,14 @@ import json
 import math
 
 import pytest
-from click.testing import CliRunner
 
 pytest.importorskip("transformers")
 
-from autotune.cli import main  # noqa: E402
 from autotune.config import RunSpec, TrainConfig  # noqa: E402
 from autotune.errors import UsageError  # noqa: E402
 from autotune.measure import outcomes  # noqa: E402
 from autotune.measure.loop import measure  # noqa: E402
+from tests.helpers import FAST, invoke  # noqa: E402
 
 
 def test_bench_builds_only_a_users_code_in_a_child_first(monkeypatch, tmp_path):
@@ -40,26 +39,8 @@ def test_bench_builds_only_a_users_code_in_a_child_first(monkeypatch, tmp_path):
 
 
 def test_bench_an_hf_model_end_to_end():
-    result = CliRunner().invoke(
-        main,
-        [
-            "bench",
-            "--model",
-            "hf:gpt2-tiny",
-            "--device",
-            "cpu",
-            "--min-time",
-            "0",
-            "--steps",
-            "2",
-            "--warmup",
-            "1",
-            "--set",
-            "token_budget=1024",  # 9 batch shapes warmed up at 8192 would be most of the run
-            "--json",
-        ],
-        catch_exceptions=False,
-    )
+    # 1024 tokens: 9 batch shapes warmed up at bench's 8192 would be most of the run
+    result = invoke("bench", "--model", "hf:gpt2-tiny", *FAST, "--set", "token_budget=1024", "--json")
     assert result.exit_code == 0, result.stderr
     m = json.loads(result.stdout)
     assert m["outcome"] == outcomes.OK and m["tokens_per_sec"] > 0
@@ -75,22 +56,8 @@ def test_bench_an_hf_model_end_to_end():
 
 @pytest.mark.process  # bench builds a user's factory in a trial process first (trial.probe)
 def test_bench_refuses_a_wrapper_that_shifts_labels_again():
-    result = CliRunner().invoke(
-        main,
-        [
-            "bench",
-            "--model",
-            "tests.model.hf_factories:shifting_wrapper",
-            "--device",
-            "cpu",
-            "--min-time",
-            "0",
-            "--steps",
-            "2",
-            "--warmup",
-            "0",
-        ],
-    )
+    model = "tests.model.hf_factories:shifting_wrapper"
+    result = invoke("bench", "--model", model, "--device", "cpu", "--min-time", "0", "--steps", "2", "--warmup", "0")
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith(
