@@ -29,9 +29,10 @@ def baseline_config(seq_len: int) -> TrainConfig:
 
 
 def checklist_config(seq_len: int, caps: DeviceCapabilities) -> tuple[TrainConfig, list[str]]:
-    """The seed's "everything on": bf16 (fp16 where bf16 cannot run), compile, flash, pinned
-    memory, 4 workers, token-budget batching, no checkpointing. A knob the device cannot run
-    goes back to its default; the returned notes say which."""
+    """The seed's "everything on": bf16 (fp16 where bf16 cannot run, float32 on a CPU without
+    bf16 instructions), compile, flash, pinned memory, 4 workers, token-budget batching, no
+    checkpointing. A knob the device cannot run goes back to its default; the returned notes
+    say which."""
     cfg = TrainConfig(
         num_workers=4,
         pin_memory=True,
@@ -54,6 +55,11 @@ def checklist_config(seq_len: int, caps: DeviceCapabilities) -> tuple[TrainConfi
             else:
                 cfg = cfg.replace(**{exc.knob: getattr(default, exc.knob)})
             notes.append(f"{exc.knob} changed ({exc.reason})")
+    if cfg.amp_dtype == "bfloat16" and not caps.cpu_bf16:
+        # It runs, but emulated: a checklist slower than the baseline would make every
+        # "speedup vs checklist" a measure of the emulation (11.6x on gpt2-tiny, AVX2).
+        cfg = cfg.replace(amp_dtype="float32")
+        notes.append("amp_dtype changed (this CPU has no bf16 instructions; emulated bf16 is slower than float32)")
     return cfg, notes
 
 
