@@ -63,6 +63,7 @@ from autotune.search.study import (
     open_study,
     summarize,
 )
+from autotune.trial import folders
 from autotune.trial._proc import exit_code_for, process_alive, stop_signal_of
 from autotune.units import MIN_MEMORY_SIZE, check_memory_fraction, format_bytes
 
@@ -250,8 +251,10 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     url = settings.storage or default_storage_url(name)
     check_storage_writable(url)
     check_writable(recipe_path(settings, name), what="recipe", create_folders=True)
-    # Each trial's request, result and stderr go to a temporary folder.
+    # Each trial's request, result and stderr go to a temporary folder; a killed tuner's stay.
     check_writable(Path(tempfile.gettempdir()) / "autotune-trial-check", what="temporary folder for trials")
+    for path in folders.remove_orphaned_folders():
+        log.info("removed %s (a trial folder of a tuner that was killed)", path)
     return ctx, name, url
 
 

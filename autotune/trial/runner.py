@@ -36,7 +36,7 @@ from autotune.device.memory import read_stat
 from autotune.knobs.allocator import allocator_env
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
-from autotune.trial import zygote
+from autotune.trial import folders, zygote
 from autotune.trial._proc import (
     kill_group,
     kill_processes,
@@ -149,7 +149,7 @@ def run_child(
     and reap everything it started (see the module's docstring)."""
     fork = zygote.fork_enabled()
     token = zygote.token() if fork else secrets.token_hex(16)  # the tuner's, or this trial's
-    with tempfile.TemporaryDirectory(prefix="autotune-trial-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=folders.folder_prefix()) as tmp:
         request_path, result, stderr_path = Path(tmp, "request.json"), Path(tmp, "result.json"), Path(tmp, "stderr")
         request_path.write_text(json.dumps(request))
         stderr_path.touch()

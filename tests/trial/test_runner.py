@@ -18,6 +18,7 @@ from tests.helpers import (
     hold_a_running_trial,
     load,
     pid_alive,
+    repo_env,
     run_autotune,
     search_args,
     start_tuner,
@@ -25,6 +26,11 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.process
+
+
+def trial_folders(temp) -> list[str]:
+    # multiprocessing's own folder (pymp-*, the fork server's socket) is not autotune's to remove
+    return [p.name for p in temp.iterdir() if p.name.startswith("autotune-trial-")]
 
 
 @pytest.fixture
@@ -55,7 +61,10 @@ def test_ctrl_c_kills_the_trial_records_it_interrupted_and_writes_the_best_recip
 
 def test_sigkill_of_the_tuner_kills_its_trial_and_the_same_command_resumes(seeded, tmp_path):
     url, name = seeded
-    tuner = start_tuner(*search_args(url, name, 8), cwd=tmp_path)
+    temp = tmp_path / "tmp"  # the trials' folders, this test's alone
+    temp.mkdir()
+    env = repo_env(TMPDIR=str(temp))
+    tuner = start_tuner(*search_args(url, name, 8), cwd=tmp_path, env=env)
     running = hold_a_running_trial(url, name, tuner)
     before = {t.number: t.state for t in load(url, name).get_trials()}
     tuner.kill()  # SIGKILL: the tuner gets no say
@@ -69,8 +78,10 @@ def test_sigkill_of_the_tuner_kills_its_trial_and_the_same_command_resumes(seede
     assert load(url, name).get_trials()[running.number].state == TrialState.RUNNING  # nobody could record it
 
     # The same command, one more trial (and no re-measurement of the leaders: not the subject).
-    resumed = run_autotune(*search_args(url, name, 1, "--no-confirm"), cwd=tmp_path)
+    assert len(trial_folders(temp)) == 1  # the killed tuner's, left behind
+    resumed = run_autotune(*search_args(url, name, 1, "--no-confirm"), cwd=tmp_path, env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert trial_folders(temp) == []  # removed by the resumed search (its own too)
     assert f"failed 1 trial(s) left running by a killed tuner: [{running.number}]" in resumed.stderr
     trials = load(url, name).get_trials()
     assert sorted(t.number for t in trials) == list(range(len(trials)))  # no number repeats
