@@ -15,7 +15,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = sorted(p.name for p in (ROOT / "search_spaces").glob("*.yaml"))
 
-pytestmark = pytest.mark.process
+# One pytest-xdist worker runs this module, so that its module-scoped wheel is built once,
+# not in each worker.
+pytestmark = [pytest.mark.process, pytest.mark.xdist_group("packaging")]
 
 
 # What a checkout may hold that is not its source: setuptools reuses build/, and a build/ from an

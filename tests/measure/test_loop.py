@@ -26,6 +26,10 @@ from autotune.model.load import build_model
 from autotune.units import format_bytes
 from tests.helpers import record_batches, tiny_spec
 
+# One pytest-xdist worker runs this module, so that its module-scoped measurements (tiny_run, run_small)
+# is made once, not in each worker.
+pytestmark = pytest.mark.xdist_group("measure-loop")
+
 
 def small_corpus(on_load=None):
     """A make_dataset for measure(): a smaller synthetic corpus (64k tokens, the same length

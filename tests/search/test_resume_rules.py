@@ -20,6 +20,9 @@ from autotune.search.run import run_search
 from autotune.search.storage import load_study, open_storage
 from tests.attack_helpers import FAST, fake_trials, files_under, settings
 
+# One pytest-xdist worker runs this module, so that its module-scoped study (resumable_made: a search)
+# is made once, not in each worker.
+pytestmark = pytest.mark.xdist_group("resume-rules")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 STUDY = "gpt2-tiny-cpu"
 MiB = 1 << 20

@@ -16,6 +16,9 @@ from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.search.sampling import params_for, suggest
 from autotune.search.space_file import load_space
 
+# One pytest-xdist worker runs this module, so that its module-scoped sample of 400 GPU-space trials (gpu_trials)
+# is made once, not in each worker.
+pytestmark = pytest.mark.xdist_group("space-knobs")
 ROOT = Path(__file__).resolve().parents[2]
 GPT2_SPACE, CPU_SPACE = ROOT / "search_spaces" / "gpt2.yaml", ROOT / "search_spaces" / "cpu.yaml"
 
