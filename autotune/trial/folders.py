@@ -37,8 +37,9 @@ def remove_orphaned_folders(root: Path | None = None) -> list[Path]:
     for path in Path(root or tempfile.gettempdir()).glob(f"{mine}*-*"):
         pid = path.name[len(mine) :].split("-", 1)[0]
         if pid.isdigit() and path.is_dir() and not path.is_symlink() and not process_alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+            shutil.rmtree(path, ignore_errors=True)  # another user's stays: not ours to force
+            if not path.exists():
+                removed.append(path)
     return removed
 
 
