@@ -33,3 +33,13 @@ def test_the_folders_of_gone_tuners_are_removed_and_nothing_else(tmp_path):
     a_file.write_text("not ours")
     assert remove_orphaned_folders(tmp_path) == [gone]
     assert not gone.exists() and running.is_dir() and elsewhere.is_dir() and unowned.is_dir() and a_file.is_file()
+
+
+def test_a_folder_that_cannot_be_removed_is_not_reported_removed(tmp_path, monkeypatch):
+    import autotune.trial.folders as folders
+
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+    stuck = tmp_path / f"{PREFIX}{namespace}-{dead_pid()}-stuck000"
+    stuck.mkdir()
+    monkeypatch.setattr(folders.shutil, "rmtree", lambda path, ignore_errors=False: None)  # e.g. another user's files
+    assert remove_orphaned_folders(tmp_path) == [] and stuck.is_dir()
