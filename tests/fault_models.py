@@ -48,9 +48,10 @@ class Hang(_Tiny):
         # must kill it together with the trial.
         child = subprocess.Popen(["sleep", "1000"], stdin=subprocess.DEVNULL)
         pidfile = os.environ.get(PIDFILE_ENV)
-        if pidfile:
-            with open(pidfile, "w", encoding="utf-8") as f:
+        if pidfile:  # whole when it appears: a test waits for it
+            with open(pidfile + ".tmp", "w", encoding="utf-8") as f:
                 f.write(str(child.pid))
+            os.replace(pidfile + ".tmp", pidfile)
         while True:
             time.sleep(60)
 

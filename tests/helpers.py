@@ -483,6 +483,31 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.25):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+class _RunnerClock:
+    """The `time` module as the trial runner sees it: a day ahead once `ready()` holds."""
+
+    def __init__(self, ready) -> None:
+        self._ready = ready
+
+    def monotonic(self) -> float:
+        return time.monotonic() + (86_400.0 if self._ready() else 0.0)
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+def timeout_passes_once(monkeypatch, ready) -> None:
+    """The trial runner's deadline passes as soon as `ready()` holds (the trial has started the
+    child the test is about, say), not after real seconds of a timeout sized for the slowest
+    start on a loaded machine: what happens at the timeout is tested the moment there is
+    something to kill, on any load, with no idle wait. The runner reads this clock for its
+    deadline only; the verdict names the configured timeout. A real timeout firing is tested
+    where nothing needs to start first (test_preflight's hanging factory)."""
+    import autotune.trial.runner
+
+    monkeypatch.setattr(autotune.trial.runner, "time", _RunnerClock(ready))
+
+
 @dataclass
 class TwoWorkers:
     url: str

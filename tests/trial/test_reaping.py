@@ -15,6 +15,7 @@ from autotune.config import RunSpec, TrainConfig
 from autotune.measure import outcomes
 from autotune.trial.runner import run_trial
 from tests.attack_helpers import in_repo_env
+from tests.helpers import timeout_passes_once
 
 pytestmark = pytest.mark.process
 
@@ -43,7 +44,8 @@ def test_a_child_in_a_new_session_dies_with_the_trial_at_the_timeout(tmp_path, m
     pidfile = tmp_path / "child.pid"
     monkeypatch.setenv("AUTOTUNE_TEST_PIDFILE", str(pidfile))
     in_repo_env(monkeypatch)
-    result = run_trial(spec("tests.attack_models:new_session_hang"), TrainConfig(token_budget=1024), timeout_s=15)
+    timeout_passes_once(monkeypatch, pidfile.exists)  # once the child exists, as it does at a real timeout
+    result = run_trial(spec("tests.attack_models:new_session_hang"), TrainConfig(token_budget=1024), timeout_s=120)
     assert result.outcome == outcomes.TIMEOUT, result.reason
     child = int(pidfile.read_text())
     assert wait_dead(child), f"pid {child}, started with setsid by the trial, outlived it"
