@@ -93,6 +93,7 @@ from tests.helpers import (  # noqa: E402
     finish,
     in_repo_env,
     record_batches,
+    recording_imports,
     run_two_workers,
     start_process,
     tiny_spec,
@@ -299,15 +300,18 @@ def background(request, tmp_path_factory) -> Background:
 class Searched(NamedTuple):
     where: Path  # the working directory: studies/gpt2-tiny-cpu.db and recipes/gpt2-tiny-cpu.json
     result: Ran
+    imports: Path  # what its processes imported (helpers.recorded_imports)
 
 
 def _searched(bg: Background, request, tmp_path_factory) -> Callable[[], Searched]:
     where = tmp_path_factory.mktemp("search")
+    imports = tmp_path_factory.mktemp("search-imports")
 
     def job() -> Searched:
         args = ["--model", "gpt2-tiny", *FAST, "--n-trials", "4", "--space", str(TINY_SPACE)]
-        proc = bg.start("search", *args, "--seed", str(SEARCHED_SEED), cwd=where)
-        return Searched(where, Ran.of(finish(proc)))
+        env = recording_imports(imports)
+        proc = bg.start("search", *args, "--seed", str(SEARCHED_SEED), cwd=where, env=env)
+        return Searched(where, Ran.of(finish(proc)), imports)
 
     return job
 

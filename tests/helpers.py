@@ -7,6 +7,7 @@ count alone decides the window, except in the tests about the minimum time itsel
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -113,6 +114,36 @@ def start_process(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = Non
 def start_tuner(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """`python -m autotune ARGS`, started as start_process starts a command."""
     return start_process(autotune_cmd(*args), cwd=cwd, env=env)
+
+
+IMPORTS_RECORD_ENV = "AUTOTUNE_TEST_IMPORTS_RECORD"
+_RECORDING_SITE = """import atexit, json, os, sys
+
+
+def _record():
+    with open(os.path.join(os.environ[%r], f"{os.getpid()}.json"), "w") as f:
+        json.dump({"argv": sys.argv, "torch": "torch" in sys.modules}, f)
+
+
+if os.environ.get(%r):
+    atexit.register(_record)
+""" % (IMPORTS_RECORD_ENV, IMPORTS_RECORD_ENV)
+
+
+def recording_imports(where: Path) -> dict[str, str]:
+    """repo_env(), in which every Python process that exits normally writes
+    where/<pid>.json: its argv and whether it imported torch (a sitecustomize, as
+    cuda_fakes.child_env installs its fakes). Forked trials end with os._exit: not recorded."""
+    site = where / "site"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(_RECORDING_SITE)
+    env = repo_env()
+    return {**env, "PYTHONPATH": os.pathsep.join([str(site), env["PYTHONPATH"]]), IMPORTS_RECORD_ENV: str(where)}
+
+
+def recorded_imports(where: Path) -> list[dict]:
+    """What the processes started with recording_imports(where) wrote."""
+    return [json.loads(path.read_text()) for path in sorted(where.glob("*.json"))]
 
 
 def finish(proc: subprocess.Popen, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -22,7 +22,7 @@ from tests.helpers import FAST, SEARCHED_SEED, SPACES, STUDY, TINY_SPACE, invoke
 
 @pytest.mark.process
 def test_search_writes_study_and_recipe(searched, monkeypatch):
-    where, result = searched
+    where, result = searched.where, searched.result
     monkeypatch.chdir(where)
     assert result.exit_code == 0, result.output
     assert (where / "studies" / f"{STUDY}.db").is_file()
@@ -90,7 +90,7 @@ def test_search_writes_study_and_recipe(searched, monkeypatch):
 
 @pytest.mark.process
 def test_resume_with_another_space_is_refused(searched, monkeypatch):
-    where, _ = searched
+    where = searched.where
     monkeypatch.chdir(where)
     before = len(load_study(STUDY, None).trials)
     other = str(SPACES / "unsupported.yaml")

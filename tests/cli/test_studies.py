@@ -16,7 +16,7 @@ from tests.helpers import STUDY, invoke, nothing_written
 
 @pytest.mark.process
 def test_show_json_lists_trials_best_first(searched, monkeypatch):
-    where, _ = searched
+    where = searched.where
     monkeypatch.chdir(where)
     result = invoke("show", "--study", STUDY, "--json")
     assert result.exit_code == 0, result.output
@@ -39,7 +39,7 @@ def test_show_json_lists_trials_best_first(searched, monkeypatch):
 
 @pytest.mark.process
 def test_export_study_writes_the_best_recipe(searched, monkeypatch):
-    where, _ = searched
+    where = searched.where
     monkeypatch.chdir(where)
     result = invoke("export", "--study", STUDY, "-o", "out.json")
     assert result.exit_code == 0, result.output
