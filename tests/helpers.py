@@ -7,6 +7,8 @@ count alone decides the window, except in the tests about the minimum time itsel
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import json
 import os
 import random
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+import pytest
 from click.testing import CliRunner
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
@@ -35,6 +38,31 @@ SPACES = ROOT / "tests" / "spaces"
 TINY_SPACE = SPACES / "tiny.yaml"
 COMPARE_SPACE = SPACES / "compare.yaml"
 GiB = 2**30
+
+# Hugging Face's libraries cost ~1.5 s of CPU to import (transformers, accelerate): in every
+# xdist worker that collects a module importing them at its top, though one worker runs those
+# tests. Modules that use them are marked HF (one worker; skipped where one is missing) and
+# import them lazily (`transformers = lazy("transformers")`).
+HF = [
+    pytest.mark.skipif(
+        any(importlib.util.find_spec(name) is None for name in ("transformers", "accelerate")),
+        reason="needs transformers and accelerate (the test extra)",
+    ),
+    pytest.mark.xdist_group("integrations"),
+]
+
+
+class lazy:  # noqa: N801 (stands for a module)
+    """A module imported on first attribute access."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):  # pytest's collection inspects every module-level name
+            raise AttributeError(attr)
+        return getattr(importlib.import_module(self._name), attr)
+
 
 # The CLI's run options in every test that runs the model: gpt2-tiny-sized work on this CPU.
 FAST = ["--device", "cpu", "--steps", "4", "--warmup", "1", "--min-time", "0"]

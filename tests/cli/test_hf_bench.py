@@ -11,13 +11,13 @@ import math
 
 import pytest
 
-pytest.importorskip("transformers")
+from autotune.config import RunSpec, TrainConfig
+from autotune.errors import UsageError
+from autotune.measure import outcomes
+from autotune.measure.loop import measure
+from tests.helpers import FAST, HF, invoke
 
-from autotune.config import RunSpec, TrainConfig  # noqa: E402
-from autotune.errors import UsageError  # noqa: E402
-from autotune.measure import outcomes  # noqa: E402
-from autotune.measure.loop import measure  # noqa: E402
-from tests.helpers import FAST, invoke  # noqa: E402
+pytestmark = HF
 
 
 def test_bench_builds_only_a_users_code_in_a_child_first(monkeypatch, tmp_path):

@@ -13,18 +13,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-transformers = pytest.importorskip("transformers")
+from autotune.config import IGNORE_INDEX, TrainConfig
+from autotune.errors import UsageError
+from autotune.knobs.apply import apply_model_knobs
+from autotune.knobs.precision import training_context
+from autotune.measure.step import make_optimizer, make_train_step
+from autotune.model.contract import ALIGNED, UNSHIFTED, forward_loss, label_convention_of
+from autotune.model.hf import HF_MODELS
+from autotune.model.introspect import model_shape, non_embedding_params
+from autotune.model.load import build_model, check_model_name
+from autotune.recipe import Recipe
+from tests.helpers import HF, lazy
 
-from autotune.config import IGNORE_INDEX, TrainConfig  # noqa: E402
-from autotune.errors import UsageError  # noqa: E402
-from autotune.knobs.apply import apply_model_knobs  # noqa: E402
-from autotune.knobs.precision import training_context  # noqa: E402
-from autotune.measure.step import make_optimizer, make_train_step  # noqa: E402
-from autotune.model.contract import ALIGNED, UNSHIFTED, forward_loss, label_convention_of  # noqa: E402
-from autotune.model.hf import HF_MODELS  # noqa: E402
-from autotune.model.introspect import model_shape, non_embedding_params  # noqa: E402
-from autotune.model.load import build_model, check_model_name  # noqa: E402
-from autotune.recipe import Recipe  # noqa: E402
+pytestmark = HF
+transformers = lazy("transformers")
 
 SMALL_GPT2 = dict(n_layer=4, n_head=2, n_embd=64, n_positions=128, vocab_size=320, bos_token_id=256, eos_token_id=256)
 SMALL_LLAMA = dict(

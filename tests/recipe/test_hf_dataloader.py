@@ -12,12 +12,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-transformers = pytest.importorskip("transformers")
+from autotune.config import IGNORE_INDEX, TrainConfig
+from autotune.errors import UsageError
+from autotune.model.gpt import GPT, GPTConfig
+from autotune.recipe import Recipe
+from tests.helpers import HF, lazy
 
-from autotune.config import IGNORE_INDEX, TrainConfig  # noqa: E402
-from autotune.errors import UsageError  # noqa: E402
-from autotune.model.gpt import GPT, GPTConfig  # noqa: E402
-from autotune.recipe import Recipe  # noqa: E402
+pytestmark = HF
+transformers = lazy("transformers")
 
 TUNED_SEQ_LEN = 128  # the context of the model the recipe was tuned on
 

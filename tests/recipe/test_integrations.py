@@ -5,6 +5,7 @@ lightning-json` on the command line. Against the real transformers, accelerate a
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import tempfile
@@ -13,22 +14,26 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
-
-from autotune.cli import main  # noqa: E402
-from autotune.config import TrainConfig  # noqa: E402
-from autotune.errors import AutotuneError  # noqa: E402
-from autotune.integrations import hf, lightning  # noqa: E402
-from autotune.recipe import Recipe  # noqa: E402
-from autotune.recipe.export import render  # noqa: E402
-from tests.helpers import TUNED  # noqa: E402
+from autotune.cli import main
+from autotune.config import TrainConfig
+from autotune.errors import AutotuneError
+from autotune.integrations import hf, lightning
+from autotune.recipe import Recipe
+from autotune.recipe.export import render
+from tests.helpers import HF, TUNED, lazy
 
 # Lightning and transformers' Trainer cost ~12 s of CPU to import in a process: the tests that
 # import them share one xdist worker (conftest: --dist loadgroup), which pays it once.
-pytestmark = pytest.mark.xdist_group("integrations")
+pytestmark = HF
+transformers = lazy("transformers")
 
-FIVE = int(transformers.__version__.split(".")[0]) >= 5
+
+def transformers_version() -> str:
+    return importlib.import_module("transformers").__version__
+
+
+def five() -> bool:
+    return int(transformers_version().split(".")[0]) >= 5
 
 
 def make_recipe(kind: str = "cuda", **knobs) -> Recipe:
@@ -80,7 +85,7 @@ def test_a_tuned_recipe_in_the_installed_transformers_names():
                 "activation_checkpointing_kwargs": {"use_reentrant": False},
                 "train_sampling_strategy": "group_by_length",  # 5.x dropped group_by_length
             }
-            if FIVE
+            if five()
             else {
                 "gradient_checkpointing": True,
                 "gradient_checkpointing_kwargs": {"use_reentrant": False},
@@ -109,13 +114,15 @@ def test_training_arguments_accept_the_export(kind, knobs):
 def test_model_applied_leaves_checkpointing_and_compile_to_the_model():
     args = hf.training_arguments(make_recipe(**TUNED), model_applied=True)
     assert not {"torch_compile", "torch_compile_mode", "activation_checkpointing", "gradient_checkpointing"} & set(args)
-    assert args["bf16"] and (args["train_sampling_strategy"] == "group_by_length" if FIVE else args["group_by_length"])
+    assert args["bf16"] and (
+        args["train_sampling_strategy"] == "group_by_length" if five() else args["group_by_length"]
+    )
 
 
 def test_a_gpu_recipe_is_checked_here_without_the_gpu():
     """bf16 without use_cpu and tf32 need the GPU: those checks are skipped and said to be."""
     note = hf.check_training_arguments(hf.training_arguments(make_recipe(**TUNED), check=False))
-    expected = "checked: transformers {} accepts these TrainingArguments".format(transformers.__version__)
+    expected = "checked: transformers {} accepts these TrainingArguments".format(transformers_version())
     assert note.startswith(expected)
     if not torch.cuda.is_available():
         assert note.endswith("; GPU-only checks skipped (no CUDA here)")
@@ -138,7 +145,7 @@ def test_checking_leaves_the_process_as_it_found_it():
 
 
 def test_what_transformers_refuses_is_an_error_before_printing():
-    version = transformers.__version__
+    version = transformers_version()
     with pytest.raises(AutotuneError, match=f"transformers {version} has no TrainingArguments field 'nonsense'"):
         hf.check_training_arguments({"nonsense": True})
     with pytest.raises(AutotuneError, match=f"transformers {version} refuses these TrainingArguments: .*prefetch"):
@@ -200,7 +207,7 @@ def test_export_hf_json_loads_into_training_arguments(tmp_path):
     result = CliRunner().invoke(main, ["export", str(path), "--format", "hf-json"])
     assert result.exit_code == 0, result.output
     args = training_arguments(**json.loads(result.stdout))
-    assert args.bf16 and args.use_cpu and (args.activation_checkpointing if FIVE else args.gradient_checkpointing)
+    assert args.bf16 and args.use_cpu and (args.activation_checkpointing if five() else args.gradient_checkpointing)
 
 
 def test_export_lightning_json(tmp_path):
@@ -219,8 +226,8 @@ def test_the_python_snippets_say_what_checked_them():
     """What is in the snippets is tested in tests/recipe/test_export.py; here, the line saying
     which installed version's names they are and that it accepts them."""
     text = render(make_recipe(**TUNED), "hf")
-    expected = f"# field names of transformers {transformers.__version__} (installed); checked: transformers "
-    assert expected + f"{transformers.__version__} accepts these TrainingArguments" in text
+    expected = f"# field names of transformers {transformers_version()} (installed); checked: transformers "
+    assert expected + f"{transformers_version()} accepts these TrainingArguments" in text
     unstable = make_recipe(**TUNED)
     unstable.measured["unstable"] = True
     assert "# UNSTABLE: its step times varied" in render(unstable, "hf")
