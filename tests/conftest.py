@@ -30,6 +30,13 @@ os.environ["OMP_NUM_THREADS"] = "1"
 # The same for inductor's code generation: no pool of compile workers, started (seconds) in
 # every process that compiles, to share two cores already busy with the tests' own processes.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# Bytecode cached, as Python does by default, even where PYTHONDONTWRITEBYTECODE is set (this
+# machine sets it): otherwise each xdist worker rewrites and compiles all the test modules
+# again at every run (~4 s of the fast tier's start on a fresh clone), and every tuner, fork
+# server and CLI process the tests start compiles autotune from source. __pycache__ is ignored
+# by git; the writes are atomic (a rename), so concurrent workers share them safely.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def _temp_files_in_memory(min_free: int = 4 << 30) -> None:
