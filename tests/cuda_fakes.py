@@ -788,7 +788,7 @@ def child_env(machine: FakeMachine, tmp_path: Path, **extra: str) -> dict[str, s
     (site / "sitecustomize.py").write_text("\n".join(lines) + "\n")
     path = os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     # The fakes install as an interpreter starts (sitecustomize): trials start as fresh
-    # interpreters, not forked from a server that imported torch before them (trial.zygote).
+    # interpreters, not forked from a server that imported torch before them (trial.fork_server).
     start = {"AUTOTUNE_TRIAL_START": "exec"}
     return {**os.environ, "PYTHONPATH": path, FAKE_ENV: machine.to_json(), **start, **extra}
 

@@ -32,7 +32,7 @@ class AutotuneGroup(click.Group):
     terminal), and a stop anywhere is one line and 128 + the signal, never click's "Aborted!"."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from autotune.trial._proc import exit_code_for, stop_signal_of, stop_signals_raise
+        from autotune.trial.processes import exit_code_for, stop_signal_of, stop_signals_raise
 
         try:
             with stop_signals_raise():

@@ -171,8 +171,8 @@ def verify(
 
     device = _resolve(device)
     if soak:
-        from autotune.present.soak import format_soak
-        from autotune.recipe.soak import soak_recipe
+        from autotune.present.soak_report import format_soak
+        from autotune.recipe.soak_check import soak_recipe
 
         given = ctx.get_parameter_source("steps") is not click.core.ParameterSource.DEFAULT
         result = soak_recipe(

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import IO, Sequence
 
 from autotune.errors import UsageError
-from autotune.trial._proc import death_signal_setter, stop_signals_recorded
+from autotune.trial.processes import death_signal_setter, stop_signals_recorded
 
 log = logging.getLogger(__name__)
 

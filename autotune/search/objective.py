@@ -24,7 +24,7 @@ from autotune.search.memory_model import skip_prediction
 from autotune.search.references import reference_config
 from autotune.search.sampling import suggest
 from autotune.search.study import StudyContext
-from autotune.trial._proc import stop_signal_of
+from autotune.trial.processes import stop_signal_of
 from autotune.trial.runner import TrialResult, run_trial
 
 log = logging.getLogger(__name__)

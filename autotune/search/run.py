@@ -64,7 +64,7 @@ from autotune.search.study import (
     summarize,
 )
 from autotune.trial import folders
-from autotune.trial._proc import exit_code_for, process_alive, stop_signal_of
+from autotune.trial.processes import exit_code_for, process_alive, stop_signal_of
 from autotune.units import MIN_MEMORY_SIZE, check_memory_fraction, format_bytes
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ from autotune.search.expert_start import ModelDims
 from autotune.search.references import BASELINE, CHECKLIST, enqueue_references
 from autotune.search.space import SearchSpace
 from autotune.search.storage import RetryStaleTrial, internals
-from autotune.trial._proc import process_alive, stops_deferred
+from autotune.trial.processes import process_alive, stops_deferred
 from autotune.units import format_bytes
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from autotune.trial._proc import die_with_parent
+from autotune.trial.processes import die_with_parent
 
 
 def main(argv: list[str]) -> int:
@@ -67,7 +67,7 @@ def _soak(request: dict[str, Any]) -> dict[str, Any]:
     from autotune.device import DeviceInfo
     from autotune.errors import AutotuneError
     from autotune.measure import outcomes
-    from autotune.measure.soak import SoakRun, soak
+    from autotune.measure.soak_loop import SoakRun, soak
 
     spec = RunSpec.from_dict(request["spec"])
     cfg = TrainConfig.from_dict(request["config"])

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from autotune.trial._proc import process_alive
+from autotune.trial.processes import process_alive
 
 PREFIX = "autotune-trial-"
 

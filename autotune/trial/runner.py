@@ -36,8 +36,8 @@ from autotune.device.memory import read_stat
 from autotune.knobs.allocator import allocator_env
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
-from autotune.trial import folders, zygote
-from autotune.trial._proc import (
+from autotune.trial import folders, fork_server
+from autotune.trial.processes import (
     kill_group,
     kill_processes,
     processes_with_env,
@@ -48,7 +48,7 @@ from autotune.trial._proc import (
 )
 
 POLL_S = 0.05
-TRIAL_TOKEN_ENV = zygote.TOKEN_ENV
+TRIAL_TOKEN_ENV = fork_server.TOKEN_ENV
 
 
 @dataclass
@@ -102,7 +102,7 @@ def run_trial(
 def run_soak(
     spec: RunSpec, cfg: TrainConfig, *, steps: int | None, timeout_s: float, device: DeviceInfo | None = None
 ) -> tuple[str, str | None, dict[str, Any] | None]:
-    """A soak run (`measure.soak`) in a child process, as `run_trial` runs a measurement:
+    """A soak run (`measure.soak_loop`) in a child process, as `run_trial` runs a measurement:
     (outcome, reason, the SoakRun as a dict when it wrote one)."""
     check_runnable_here(cfg)
     request = {
@@ -145,10 +145,10 @@ def run_child(
     rss_limit: int | None = None,
 ) -> ChildRun:
     """Run `python -m autotune.trial MODE REQUEST RESULT PARENT_PID` (forked from the fork
-    server, see `trial.zygote`, or as a fresh interpreter) in its own session, with a timeout,
+    server, see `trial.fork_server`, or as a fresh interpreter) in its own session, with a timeout,
     and reap everything it started (see the module's docstring)."""
-    fork = zygote.fork_enabled()
-    token = zygote.token() if fork else secrets.token_hex(16)  # the tuner's, or this trial's
+    fork = fork_server.fork_enabled()
+    token = fork_server.token() if fork else secrets.token_hex(16)  # the tuner's, or this trial's
     with tempfile.TemporaryDirectory(prefix=folders.folder_prefix()) as tmp:
         request_path, result, stderr_path = Path(tmp, "request.json"), Path(tmp, "result.json"), Path(tmp, "stderr")
         request_path.write_text(json.dumps(request))
@@ -178,14 +178,14 @@ def _model_of(request: dict[str, Any]) -> str | None:
 
 def _start(
     argv: list[str], env: dict[str, str], output: Path, fork: bool, model: str | None
-) -> zygote.TrialProcess | subprocess.Popen:
+) -> fork_server.TrialProcess | subprocess.Popen:
     if fork:
         try:
-            return zygote.TrialProcess(
-                argv, env=env, cwd=os.getcwd(), output=str(output), preload=zygote.preload_for(model)
+            return fork_server.TrialProcess(
+                argv, env=env, cwd=os.getcwd(), output=str(output), preload=fork_server.preload_for(model)
             )
         except OSError as exc:  # no server here: the trial still runs, in a fresh interpreter
-            zygote.disable(str(exc))
+            fork_server.disable(str(exc))
     with open(output, "wb") as stderr:
         return subprocess.Popen(
             [sys.executable, "-m", "autotune.trial", *argv, str(os.getpid())],
@@ -231,7 +231,7 @@ def _note_descendants(pid: int, seen: dict[int, int]) -> None:
                 seen[child] = stat.start_time
 
 
-def _reap(proc: zygote.TrialProcess | subprocess.Popen, seen: dict[int, int], token: str) -> list[int]:
+def _reap(proc: fork_server.TrialProcess | subprocess.Popen, seen: dict[int, int], token: str) -> list[int]:
     """Kill the child and everything it started, then wait for the child."""
     _note_descendants(proc.pid, seen)  # whatever started since the last poll, while it is alive
     kill_group(proc.pid)  # workers and anything else that stayed in the trial's group

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.recipe.soak import CREEP_HORIZON, creep, judge_soak
+from autotune.recipe.soak_check import CREEP_HORIZON, creep, judge_soak
 
 MiB = 1 << 20
 LIMIT = 1000 * MiB  # target: 950 MiB at 5 %

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.config import RunSpec, TrainConfig
-from autotune.trial import runner, zygote
+from autotune.trial import fork_server, runner
 from autotune.trial.runner import run_trial
 
 
@@ -38,8 +38,8 @@ def test_child_env_carries_the_knob(monkeypatch):
     assert off["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:256,expandable_segments:False"
     assert "PYTORCH_ALLOC_CONF" not in on  # the device-neutral name only when the user set it
     assert on["EXTRA"] == "1" and on["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    # The tuner's mark (the fork server and every trial carry it; see trial.zygote).
-    assert on[runner.TRIAL_TOKEN_ENV] == off[runner.TRIAL_TOKEN_ENV] == zygote.token()
+    # The tuner's mark (the fork server and every trial carry it; see trial.fork_server).
+    assert on[runner.TRIAL_TOKEN_ENV] == off[runner.TRIAL_TOKEN_ENV] == fork_server.token()
 
     # A shell that turns expandable segments on cannot turn a false trial into a true one; an
     # env given to run_trial is read as the trial's environment, and torch's device-neutral

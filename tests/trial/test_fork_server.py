@@ -1,4 +1,4 @@
-"""Trials fork from one server per tuner (trial.zygote), and fall back to a fresh interpreter
+"""Trials fork from one server per tuner (trial.fork_server), and fall back to a fresh interpreter
 where the server cannot run."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from autotune.config import RunSpec, TrainConfig
 from autotune.device.memory import read_stat
-from autotune.trial import runner, zygote
+from autotune.trial import fork_server, runner
 from autotune.trial.probe import probe
 from autotune.trial.runner import run_trial
 from tests.helpers import ROOT
@@ -88,10 +88,10 @@ def test_an_hf_models_trials_fork_from_a_server_that_imported_transformers(monke
         asked.append(list(preload))
         raise _Asked
 
-    monkeypatch.setattr(runner.zygote, "TrialProcess", recording)
-    monkeypatch.setattr(runner.zygote, "fork_enabled", lambda: True)
+    monkeypatch.setattr(runner.fork_server, "TrialProcess", recording)
+    monkeypatch.setattr(runner.fork_server, "fork_enabled", lambda: True)
     for request in ({"model": "hf:gpt2-tiny"}, {"spec": {"model": "hf:gpt2-tiny"}}, {"model": "gpt2-tiny"}):
         with pytest.raises(_Asked):
             runner.run_child(["--probe"], request, timeout_s=5)
-    assert asked == [zygote.HF_PRELOAD, zygote.HF_PRELOAD, []]
-    assert "transformers" in zygote.HF_PRELOAD
+    assert asked == [fork_server.HF_PRELOAD, fork_server.HF_PRELOAD, []]
+    assert "transformers" in fork_server.HF_PRELOAD

@@ -1,5 +1,5 @@
 """`autotune verify --soak`: run a recipe for one full epoch of the data's batches (every batch
-shape at least once) or N steps, in a fresh process (`measure.soak`), and judge whether its
+shape at least once) or N steps, in a fresh process (`measure.soak_loop`), and judge whether its
 memory creeps toward the limit: the check to run before committing a week of GPU time.
 
 The creep rule. The memory a run may use is the limit less the recipe's headroom (the target).

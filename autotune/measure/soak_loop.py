@@ -1,7 +1,7 @@
 """A soak run: the measuring loop's model, data and step, run long — one full epoch of the
 data's batches (every batch shape at least once) or N steps — in windows, each with its
 throughput and its own peak memory. It is what `autotune verify --soak` runs, in a fresh
-process (`trial.__main__ --soak`); the verdict is `recipe.soak`'s. This module imports torch
+process (`trial.__main__ --soak`); the verdict is `recipe.soak_check`'s. This module imports torch
 (the `SoakRun` it returns is plain data)."""
 
 from __future__ import annotations
