@@ -15,8 +15,8 @@ if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
 from autotune.config import TrainConfig  # noqa: E402
-from autotune.search.sampling import to_config  # noqa: E402
-from autotune.search.space import Dimension, SearchSpace, checkpoint_layers, matches  # noqa: E402
+from autotune.space.definition import Dimension, SearchSpace, checkpoint_layers, matches  # noqa: E402
+from autotune.space.sampling import to_config  # noqa: E402
 
 
 def dimension_values(space: SearchSpace, dim: Dimension) -> list[Any]:

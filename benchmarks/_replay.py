@@ -41,9 +41,9 @@ from optuna.trial import TrialState
 
 from autotune.config import TrainConfig
 from autotune.measure import outcomes
-from autotune.search.sampling import suggest
-from autotune.search.space import SearchSpace
-from autotune.search.space_file import parse_space
+from autotune.space.definition import SearchSpace
+from autotune.space.file import parse_space
+from autotune.space.sampling import suggest
 
 TOLERANCE = 0.03  # "within 3 % of the sweep's best feasible"
 

@@ -49,8 +49,8 @@ from autotune.errors import UnsupportedConfig
 from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.measure import outcomes
 from autotune.model.gpt import MODEL_SIZES
-from autotune.search.space import SearchSpace
-from autotune.search.space_file import load_space
+from autotune.space.definition import SearchSpace
+from autotune.space.file import load_space
 from autotune.trial.probe import probe
 from autotune.trial.runner import TrialResult, run_trial
 

@@ -31,7 +31,7 @@ import optuna
 from _common import md_table
 from _replay import TOLERANCE, History, Strategy, Sweep, best_feasible, measured, memory_limit, run_seeds
 
-from autotune.search.study import make_sampler
+from autotune.search.sampler import make_sampler
 
 DEFAULT_SWEEP = Path(__file__).resolve().parent / "data" / "cpu_gpt2_tiny_sweep.json"
 STRATEGIES = ("tpe", "random", "grid")
@@ -57,7 +57,7 @@ def strategies(sweep: Sweep) -> dict[str, Strategy]:
         )
 
     return {
-        # the tuner's own construction (autotune.search.study.open_study)
+        # the tuner's own construction (autotune.study.lifecycle.open_study)
         "tpe": Strategy("tpe", make_sampler, stop=everything_seen),
         "random": Strategy("random", lambda seed: optuna.samplers.RandomSampler(seed=seed), stop=everything_seen),
         "grid": Strategy("grid", grid_sampler(sweep.records), stop=everything_seen),

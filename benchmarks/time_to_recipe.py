@@ -12,7 +12,7 @@ configuration, reused as the tuner reuses it, and an unsupported one, pruned bef
 starts, cost 0) and is recorded on the study as the tuner's Objective records it.
 
 Strategies (`strategies()`; DEFAULT runs unless --strategies names others):
-  tuner          the tuner as shipped: its sampler (autotune.search.study.make_sampler: TPE), the
+  tuner          the tuner as shipped: its sampler (autotune.study.lifecycle.make_sampler: TPE), the
                  objective's memory model, the expert start, and --until-converged (`TunerHooks`)
   tuner -memory, tuner -expert, tuner -converged
                  the tuner with that item left out (-converged: run until the target)
@@ -71,7 +71,7 @@ from autotune.device.info import DeviceInfo
 from autotune.search.convergence import StopWhenConverged, space_dimensions
 from autotune.search.expert_start import expert_configs
 from autotune.search.memory_model import skip_prediction
-from autotune.search.study import make_sampler
+from autotune.search.sampler import make_sampler
 
 DEFAULT_SWEEP = Path(__file__).resolve().parent / "data" / "cpu_gpt2_tiny_sweep_large.json"
 DEFAULT_QUANTILE = 0.7  # the heaviest ~30 % of measured configurations are over the limit

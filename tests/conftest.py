@@ -341,8 +341,8 @@ def _compare_studies(bg: Background, request, tmp_path_factory) -> Callable[[], 
     tmp = tmp_path_factory.mktemp("studies")
 
     def job() -> CompareStudies:
-        from autotune.search.storage import load_ref
         from autotune.search.warm_start import warm_start_candidates
+        from autotune.study.storage import load_ref
 
         searched = bg.result("searched", request, tmp_path_factory)
         optuna.copy_study(

@@ -30,7 +30,7 @@ from autotune.cli import main
 from autotune.config import RunSpec, TrainConfig
 from autotune.search.fleet import STORAGE_ENV
 from autotune.search.run import SearchSettings
-from autotune.search.storage import open_storage
+from autotune.study.storage import open_storage
 
 ROOT = Path(__file__).resolve().parent.parent
 SPACES = ROOT / "tests" / "spaces"
@@ -256,7 +256,7 @@ def write_space(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
 
 def bind_space(path: Path, n_layer: int | None = N_LAYER, seq_len: int | None = SEQ):
     """The search space at `path`, bound to a model's depth and context (gpt2-tiny's by default)."""
-    from autotune.search.space_file import load_space
+    from autotune.space.file import load_space
 
     return load_space(path, n_layer=n_layer, seq_len=seq_len)
 
@@ -277,8 +277,8 @@ def tiny_spec(**changes) -> RunSpec:
 def tiny_context():
     """The StudyContext of a gpt2-tiny study on tests/spaces/tiny.yaml."""
     from autotune.device import describe
-    from autotune.search.space_file import load_space
-    from autotune.search.study import StudyContext
+    from autotune.space.file import load_space
+    from autotune.study.lifecycle import StudyContext
 
     spec = RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=4, min_time_s=0, memory_limit_bytes=2 * GiB)
     return StudyContext(

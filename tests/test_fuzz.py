@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
 from autotune.recipe.recipe import Recipe
-from autotune.search.sampling import suggest
-from autotune.search.space_file import load_space, parse_space
-from autotune.search.storage import redact
+from autotune.space.file import load_space, parse_space
+from autotune.space.sampling import suggest
+from autotune.study.urls import redact
 from autotune.units import parse_duration, parse_memory_size
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -236,7 +236,7 @@ def urls_with_a_password(draw):
 @FUZZ
 @given(case=urls_with_a_password())
 def test_a_password_never_shows_whatever_the_url(case):
-    from autotune.search.storage import parse_storage_url
+    from autotune.study.urls import parse_storage_url
 
     url, password = case
     with nothing_written():
@@ -253,7 +253,7 @@ def test_a_password_never_shows_whatever_the_url(case):
 @FUZZ
 @given(text=st.text(max_size=120))
 def test_any_storage_text_is_a_storage_or_one_line(text):
-    from autotune.search.storage import parse_storage_url
+    from autotune.study.urls import parse_storage_url
 
     with nothing_written():
         try:

@@ -67,7 +67,7 @@ def test_an_installed_wheel_finds_its_spaces_outside_the_repository(wheel, tmp_p
         timeout=300,
     )
     code = (
-        "import autotune, sys; from autotune.search.space_file import default_space_path, load_space; "
+        "import autotune, sys; from autotune.space.file import default_space_path, load_space; "
         "print(autotune.__file__); [print(load_space(default_space_path(k)).source) for k in ('cpu', 'cuda')]"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}

@@ -93,8 +93,9 @@ def export(recipe_file, study, storage, output, fmt) -> None:
     if recipe_file:
         recipe = Recipe.load(recipe_file)
     else:
-        from autotune.search.best import best_recipe
-        from autotune.search.storage import check_study_name, default_storage_url, load_study
+        from autotune.recipe.from_study import best_recipe
+        from autotune.study.storage import load_study
+        from autotune.study.urls import check_study_name, default_storage_url
 
         loaded = load_study(study, storage)
         recipe = best_recipe(loaded, storage or default_storage_url(loaded.study_name))
@@ -106,7 +107,7 @@ def export(recipe_file, study, storage, output, fmt) -> None:
         path = recipe.save(output)
         click.echo(f"wrote {path}")
         return
-    from autotune.recipe.export import render
+    from autotune.integrations.export import render
 
     text = render(recipe, fmt)
     if output:

@@ -18,9 +18,9 @@ def show(study, storage, as_json, limit) -> None:
     """Show a stored study: its trials (best first), outcome counts and the best. Without
     --study, list the studies in --storage (or under studies/, where search writes them)."""
     from autotune.present.summaries import show_json, show_text, studies_json, studies_text
-    from autotune.search.catalog import list_studies
-    from autotune.search.storage import load_study
-    from autotune.search.study import summarize
+    from autotune.study.catalog import list_studies
+    from autotune.study.storage import load_study
+    from autotune.study.summary import summarize
 
     if study is None:
         entries = list_studies(storage)
@@ -71,7 +71,8 @@ def report(study, storage, out_dir) -> None:
     """Write a study's figures (PNG), index.html and report.md: readable without Python."""
 
     from autotune.present.report import write_report
-    from autotune.search.storage import default_storage_url, load_study, redact
+    from autotune.study.storage import load_study
+    from autotune.study.urls import default_storage_url, redact
 
     loaded = load_study(study, storage)
     shown = redact(storage or default_storage_url(loaded.study_name))
@@ -90,7 +91,7 @@ def dashboard(study, storage, port) -> None:
     """Browse a study in optuna-dashboard on 127.0.0.1 (until Ctrl-C)."""
     from autotune.errors import UsageError
     from autotune.present.dashboard import dashboard_url, require_dashboard, serve_dashboard
-    from autotune.search.storage import load_study
+    from autotune.study.storage import load_study
 
     require_dashboard()  # before anything is opened
     check_port_free(port)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MODEL_SIZES", "GPTConfig"]
+__all__ = ["MODEL_SIZES", "GPTConfig", "ModelDims"]
 
 
 @dataclass(frozen=True)
@@ -28,3 +28,18 @@ MODEL_SIZES: dict[str, GPTConfig] = {
     # padded to 320), 128 tokens of context. Small enough to train on 2 cores.
     "gpt2-tiny": GPTConfig(block_size=128, vocab_size=320, n_layer=2, n_head=2, n_embd=64),
 }
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """What the tuner's memory and cost priors need of any model: depth, width and vocabulary
+    (read without torch for our models, by the probe for a user's)."""
+
+    n_layer: int
+    d_model: int
+    vocab_size: int
+
+    @property
+    def n_params(self) -> int:
+        # 12 d^2 per block (attention 4 d^2, MLP 8 d^2) plus the tied embedding (Kaplan et al. 2020)
+        return 12 * self.n_layer * self.d_model**2 + self.vocab_size * self.d_model

@@ -1,5 +1,5 @@
 """Studies side by side: what was best on each device, what mattered, and how one
-device's best did on another (REFs name studies; see `search.storage`).
+device's best did on another (REFs name studies; see `study.storage`).
 
 Everything here returns data or text; the CLI prints it.
 """
@@ -30,8 +30,9 @@ from autotune.present.text import (
     table,
     value_text,
 )
-from autotune.search.storage import load_ref, redact
-from autotune.search.study import StudySummary, is_feasible_ok, summarize, tokens_per_sec, trial_measurement
+from autotune.study.storage import load_ref
+from autotune.study.summary import StudySummary, is_feasible_ok, summarize, tokens_per_sec, trial_measurement
+from autotune.study.urls import redact
 
 # --- facts about one study ---------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 
 from autotune.errors import AutotuneError
-from autotune.search.storage import internals
+from autotune.study.storage import internals
 
 
 def require_dashboard():

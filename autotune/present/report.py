@@ -43,7 +43,7 @@ from autotune.present.text import (
     rate_with_interval,
     value_text,
 )
-from autotune.search.study import StudySummary, is_feasible_ok, summarize, tokens_per_sec, trial_measurement
+from autotune.study.summary import StudySummary, is_feasible_ok, summarize, tokens_per_sec, trial_measurement
 
 DPI = 120
 CAPTIONS = {

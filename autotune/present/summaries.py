@@ -20,8 +20,8 @@ from autotune.present.text import (
     rate_with_interval,
     table,
 )
-from autotune.search.storage import default_storage_url, redact
-from autotune.search.study import trial_measurement
+from autotune.study.summary import trial_measurement
+from autotune.study.urls import default_storage_url, redact
 
 
 def format_measurement(m: Measurement) -> str:

@@ -34,8 +34,8 @@ from typing import Any, Iterable, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.search.space import SearchSpace
-from autotune.search.study import is_feasible_ok
+from autotune.space.definition import SearchSpace
+from autotune.study.summary import is_feasible_ok
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import optuna
@@ -29,8 +28,9 @@ from autotune.config import TrainConfig
 from autotune.device.info import DeviceInfo
 from autotune.errors import UnsupportedConfig, UsageError
 from autotune.knobs.support import DeviceCapabilities, check_supported
-from autotune.search.sampling import params_for, suggest
-from autotune.search.space import SearchSpace, matches
+from autotune.model.sizes import ModelDims
+from autotune.space.definition import SearchSpace, matches
+from autotune.space.sampling import params_for, suggest
 
 log = logging.getLogger(__name__)
 
@@ -98,25 +98,12 @@ LIKELY_FIT_FACTOR = 1.25
 RESERVED_BYTES = 2**30  # CUDA context, cuBLAS/cuDNN workspaces, compile's autotuning buffers
 
 
-@dataclass(frozen=True)
-class ModelDims:
-    """What the budget estimate needs of a model: depth, width and vocabulary."""
-
-    n_layer: int
-    d_model: int
-    vocab_size: int
-
-    @property
-    def n_params(self) -> int:
-        # 12 d^2 per block (attention 4 d^2, MLP 8 d^2) plus the tied embedding (Kaplan et al. 2020)
-        return 12 * self.n_layer * self.d_model**2 + self.vocab_size * self.d_model
-
-    def estimated_peak_bytes(self, token_budget: int) -> int:
-        per_token = (
-            ACTIVATION_BYTES_PER_TOKEN_LAYER_PER_WIDTH * self.d_model * self.n_layer
-            + LOGIT_BYTES_PER_TOKEN_ENTRY * self.vocab_size
-        )
-        return STATE_BYTES_PER_PARAM * self.n_params + per_token * token_budget + RESERVED_BYTES
+def estimated_peak_bytes(model: ModelDims, token_budget: int) -> int:
+    per_token = (
+        ACTIVATION_BYTES_PER_TOKEN_LAYER_PER_WIDTH * model.d_model * model.n_layer
+        + LOGIT_BYTES_PER_TOKEN_ENTRY * model.vocab_size
+    )
+    return STATE_BYTES_PER_PARAM * model.n_params + per_token * token_budget + RESERVED_BYTES
 
 
 def expert_configs(
@@ -145,7 +132,7 @@ def expert_configs(
 
 def enqueue_expert_start(study: optuna.Study, ctx: Any) -> int:
     """Enqueue the expert start of a StudyContext's device, space, limit and model; returns how
-    many configurations. (Typed loosely: search.study imports this module, not the reverse.)"""
+    many configurations. (Typed loosely: study.lifecycle imports this module, not the reverse.)"""
     configs = expert_configs(ctx.device, ctx.space, memory_limit_bytes=ctx.memory_limit_bytes, model=ctx.model_dims)
     label = f"{ctx.device.kind}-expert"
     for params in configs:
@@ -192,7 +179,7 @@ def _cuda_budget(space: SearchSpace, limit: int | None, model: ModelDims | None)
         # No shape to estimate from (a user's factory): the middle budget, and TPE and the memory
         # model move it from there.
         return budgets[(len(budgets) - 1) // 2]
-    fitting = [b for b in budgets if LIKELY_FIT_FACTOR * model.estimated_peak_bytes(b) <= limit]
+    fitting = [b for b in budgets if LIKELY_FIT_FACTOR * estimated_peak_bytes(model, b) <= limit]
     return max(fitting) if fitting else min(budgets)
 
 

@@ -223,10 +223,10 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
     """Validate, create the study, run one worker per device, and return the SearchResult of
     the whole study; raise SearchInterrupted (exit 130) after a Ctrl-C."""
     from autotune.device import visible_gpu_uuids
-    from autotune.search.best import write_recipe
+    from autotune.recipe.from_study import write_recipe
     from autotune.search.run import SQLITE_WORKERS_WARNING, SearchInterrupted, SearchResult, open_search
-    from autotune.search.storage import is_sqlite, parse_storage_url, redact
-    from autotune.search.study import summarize
+    from autotune.study.summary import summarize
+    from autotune.study.urls import is_sqlite, parse_storage_url, redact
 
     if settings.device not in ("auto", "cuda"):
         raise UsageError(

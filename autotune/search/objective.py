@@ -19,11 +19,11 @@ from autotune.errors import UnsupportedConfig
 from autotune.knobs.support import check_supported
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
-from autotune.search.confirm import objective_value
 from autotune.search.memory_model import skip_prediction
 from autotune.search.references import reference_config
-from autotune.search.sampling import suggest
-from autotune.search.study import StudyContext
+from autotune.space.sampling import suggest
+from autotune.study.leaders import objective_value
+from autotune.study.lifecycle import StudyContext
 from autotune.trial.processes import stop_signal_of
 from autotune.trial.runner import TrialResult, run_trial
 

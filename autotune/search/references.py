@@ -9,8 +9,7 @@ import optuna
 from autotune.config import TrainConfig
 from autotune.errors import UnsupportedConfig
 from autotune.knobs.support import DeviceCapabilities, check_supported
-
-BASELINE, CHECKLIST = "baseline", "checklist"
+from autotune.study.references import BASELINE, CHECKLIST, REFERENCE_ATTR
 
 
 def baseline_config(seq_len: int) -> TrainConfig:
@@ -65,7 +64,7 @@ def checklist_config(seq_len: int, caps: DeviceCapabilities) -> tuple[TrainConfi
 
 def enqueue_references(study: optuna.Study) -> None:
     for name in (BASELINE, CHECKLIST):
-        study.enqueue_trial({}, user_attrs={"reference": name}, skip_if_exists=False)
+        study.enqueue_trial({}, user_attrs={REFERENCE_ATTR: name}, skip_if_exists=False)
 
 
 def reference_config(name: str, seq_len: int, caps: DeviceCapabilities) -> tuple[TrainConfig, list[str]]:

@@ -11,6 +11,7 @@ Printing belongs to the caller: progress goes through a `Reporter` (the CLI's dr
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -29,8 +30,9 @@ from autotune.device import DeviceInfo, describe, resolve_device, total_host_mem
 from autotune.device.disk import check_writable
 from autotune.errors import AutotuneError, UsageError
 from autotune.measure import outcomes
-from autotune.search.best import write_recipe
-from autotune.search.confirm import DEFAULT_OBJECTIVE, OBJECTIVES, confirm_leaders
+from autotune.model.sizes import ModelDims
+from autotune.recipe.from_study import write_recipe
+from autotune.search.confirm import confirm_leaders
 from autotune.search.convergence import (
     SearchStop,
     StopWhenConverged,
@@ -39,29 +41,23 @@ from autotune.search.convergence import (
     interrupted_stop,
     space_dimensions,
 )
-from autotune.search.expert_start import ModelDims, enqueue_expert_start
+from autotune.search.expert_start import enqueue_expert_start
 from autotune.search.objective import Objective, TrialFailed
-from autotune.search.space_file import default_space_path, load_space
-from autotune.search.storage import (
+from autotune.search.references import enqueue_references
+from autotune.search.sampler import make_sampler
+from autotune.space.file import default_space_path, load_space
+from autotune.study.leaders import DEFAULT_OBJECTIVE, OBJECTIVES
+from autotune.study.lifecycle import StudyContext, check_rules, fail_orphaned_trials, open_study
+from autotune.study.storage import check_storage_writable, heartbeat_grace_s, open_storage, study_names
+from autotune.study.summary import StudySummary, summarize
+from autotune.study.urls import (
     STUDIES_DIR,
-    check_storage_writable,
     check_study_name,
     default_storage_url,
-    heartbeat_grace_s,
     is_sqlite,
-    open_storage,
     parse_storage_url,
     redact,
     redact_text,
-    study_names,
-)
-from autotune.search.study import (
-    StudyContext,
-    StudySummary,
-    check_rules,
-    fail_orphaned_trials,
-    open_study,
-    summarize,
 )
 from autotune.trial import folders
 from autotune.trial.processes import exit_code_for, process_alive, stop_signal_of
@@ -111,7 +107,7 @@ class SearchSettings:
     # Positions per optimizer step every trial reaches by gradient accumulation (None: the
     # token budget); a resumed study keeps its own, and refuses another.
     global_batch_tokens: int | None = None
-    # What the study maximizes (search.confirm.OBJECTIVES); None: a resumed study's own, else tokens/s.
+    # What the study maximizes (study.leaders.OBJECTIVES); None: a resumed study's own, else tokens/s.
     objective: str | None = None
 
     @property
@@ -360,9 +356,11 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # our reporter says what happened
 
     def on_create(study: optuna.Study) -> None:
-        # Once per study, by the process that creates it (after the reference trials): never
-        # again on resume, nor by the other workers of --devices. A warm start first: it is
-        # measured evidence from a study like this one; the expert start is a general guess.
+        # Once per study, by the process that creates it: never again on resume, nor by the
+        # other workers of --devices. The references first (the yardsticks), then a warm start:
+        # it is measured evidence from a study like this one; the expert start is a general guess.
+        if settings.references:
+            enqueue_references(study)
         if warm is not None:
             warm.enqueue(study)
         if settings.expert_start:
@@ -372,10 +370,9 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
         name,
         storage,
         ctx,
+        sampler=functools.partial(make_sampler, shared=is_shared(settings, url)),
         seed=settings.seed,
         on_create=on_create,
-        shared=is_shared(settings, url),
-        references=settings.references,
     )
     if not is_new:
         ctx = check_rules(

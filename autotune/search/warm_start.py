@@ -17,9 +17,11 @@ from autotune.config import TrainConfig, normalize_config_dict
 from autotune.errors import UnsupportedConfig, UsageError
 from autotune.knobs.support import check_supported
 from autotune.search.objective import config_key
-from autotune.search.sampling import outside_reason, params_for, suggest
-from autotune.search.storage import load_ref, redact
-from autotune.search.study import StudyContext, is_feasible_ok
+from autotune.space.sampling import outside_reason, params_for, suggest
+from autotune.study.lifecycle import StudyContext
+from autotune.study.storage import load_ref
+from autotune.study.summary import is_feasible_ok
+from autotune.study.urls import redact
 
 log = logging.getLogger(__name__)
 

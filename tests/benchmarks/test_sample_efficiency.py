@@ -39,8 +39,8 @@ def test_sweep_enumerates_conditional_dimensions():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from _common import enumerate_space
 
-    from autotune.search.sampling import suggest
-    from autotune.search.space_file import load_space
+    from autotune.space.file import load_space
+    from autotune.space.sampling import suggest
 
     space = load_space(ROOT / "search_spaces" / "cpu.yaml", n_layer=2, seq_len=128)
     configs = list(enumerate_space(space))

@@ -15,7 +15,7 @@ from _common import enumerate_space  # noqa: E402
 from _replay import Strategy, Sweep, replay  # noqa: E402
 from time_to_recipe import run  # noqa: E402
 
-from autotune.search.space_file import parse_space  # noqa: E402
+from autotune.space.file import parse_space  # noqa: E402
 
 MiB = 2**20
 LIMIT = 500 * MiB

@@ -14,9 +14,9 @@ from autotune.config import TrainConfig
 from autotune.recipe.recipe import Recipe
 from autotune.search.references import baseline_config, checklist_config
 from autotune.search.run import prepare
-from autotune.search.space_file import load_space
-from autotune.search.storage import load_study
-from autotune.search.study import summarize
+from autotune.space.file import load_space
+from autotune.study.storage import load_study
+from autotune.study.summary import summarize
 from tests.helpers import FAST, SEARCHED_SEED, SPACES, STUDY, TINY_SPACE, invoke, nothing_written, search_settings
 
 

@@ -22,7 +22,7 @@ from autotune.config import TrainConfig
 from autotune.measure import outcomes
 from autotune.recipe.recipe import Recipe
 from autotune.search.run import run_search
-from autotune.search.storage import open_storage
+from autotune.study.storage import open_storage
 from tests.attack_helpers import FAST, fake_trials, repo_env, settings
 from tests.helpers import hold_a_running_trial
 

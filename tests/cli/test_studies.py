@@ -9,8 +9,8 @@ import pytest
 
 from autotune.config import TrainConfig
 from autotune.recipe.recipe import Recipe
-from autotune.search.storage import load_study
-from autotune.search.study import summarize
+from autotune.study.storage import load_study
+from autotune.study.summary import summarize
 from tests.helpers import STUDY, invoke, nothing_written
 
 

@@ -203,7 +203,7 @@ def test_devices_workers_measure_each_on_its_own_gpu(monkeypatch, tmp_path):
     their own processes (fakes installed there too), pinned by UUID, on cuda:0 of their view."""
     import autotune.search.fleet
     import autotune.search.run
-    from autotune.search.storage import open_storage
+    from autotune.study.storage import open_storage
 
     machine = FakeMachine([FakeGpu(), FakeGpu(uuid=SECOND)], container=True)
     for key, value in child_env(machine, tmp_path).items():

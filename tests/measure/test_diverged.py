@@ -13,7 +13,7 @@ from autotune.cli import main
 from autotune.config import RunSpec, TrainConfig
 from autotune.measure import outcomes
 from autotune.measure.loop import measure
-from autotune.search.storage import load_study
+from autotune.study.storage import load_study
 from tests.attack_helpers import FAST, in_repo_env
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from autotune.search.storage import load_ref
+from autotune.study.storage import load_ref
 from tests.helpers import invoke
 
 pytestmark = pytest.mark.process  # compare_studies runs two searches
@@ -34,7 +34,7 @@ def wsgi_get(app, path: str) -> tuple[str, bytes]:
 
 def test_optuna_dashboard_reads_our_studies_unchanged(studies):
     optuna_dashboard = pytest.importorskip("optuna_dashboard")
-    from autotune.search.storage import open_storage
+    from autotune.study.storage import open_storage
 
     study = load_ref(str(studies / "a.db"))
     for trial in study.trials:  # plain JSON values, as the dashboard needs them

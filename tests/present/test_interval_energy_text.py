@@ -9,7 +9,7 @@ from autotune.config import TrainConfig
 from autotune.measure.measurement import Measurement
 from autotune.present.summaries import best_table, format_measurement
 from autotune.present.text import energy_text, rate_with_interval
-from autotune.search.confirm import Candidate
+from autotune.study.leaders import Candidate
 
 
 def measurement(**figures) -> Measurement:

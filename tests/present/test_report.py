@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.search.storage import load_ref, open_storage
-from autotune.search.study import summarize
+from autotune.study.storage import load_ref, open_storage
+from autotune.study.summary import summarize
 from tests.helpers import invoke, synthetic_study
 
 

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from autotune.recipe.export import render
+from autotune.integrations.export import render
 from tests.recipe.test_export import make_recipe
 
 # Lightning and transformers' Trainer cost ~12 s of CPU to import in a process: the tests that

@@ -1,4 +1,4 @@
-"""autotune.recipe.export: the recipe file as JSON and YAML, and Hugging Face / Lightning snippets
+"""autotune.integrations.export: the recipe file as JSON and YAML, and Hugging Face / Lightning snippets
 that parse as Python and say what they cannot express."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import yaml
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
 from autotune.integrations import hf, lightning
+from autotune.integrations.export import FORMATS, render
 from autotune.recipe import Recipe
-from autotune.recipe.export import FORMATS, render
 from tests.helpers import TUNED, invoke
 
 # Lightning and transformers' Trainer cost ~12 s of CPU to import in a process: the tests that

@@ -13,9 +13,9 @@ import pytest
 
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
+from autotune.integrations.export import render
 from autotune.measure import outcomes
 from autotune.recipe import Recipe
-from autotune.recipe.export import render
 
 # Lightning and transformers' Trainer cost ~12 s of CPU to import in a process: the tests that
 # import them share one xdist worker (conftest: --dist loadgroup), which pays it once.

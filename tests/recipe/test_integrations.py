@@ -18,8 +18,8 @@ from autotune.cli import main
 from autotune.config import TrainConfig
 from autotune.errors import AutotuneError
 from autotune.integrations import hf, lightning
+from autotune.integrations.export import render
 from autotune.recipe import Recipe
-from autotune.recipe.export import render
 from tests.helpers import HF, TUNED, lazy
 
 # Lightning and transformers' Trainer cost ~12 s of CPU to import in a process: the tests that

@@ -8,9 +8,10 @@ from optuna.trial import TrialState, create_trial
 
 from autotune.config import TrainConfig
 from autotune.measure.measurement import Measurement
-from autotune.search.best import recipe_from_trial
-from autotune.search.confirm import Candidate, confirm_leaders, confirmation_key, leaders, to_remeasure, winner
-from autotune.search.study import summarize
+from autotune.recipe.from_study import recipe_from_trial
+from autotune.search.confirm import confirm_leaders
+from autotune.study.leaders import Candidate, confirmation_key, leaders, to_remeasure, winner
+from autotune.study.summary import summarize
 from autotune.trial.runner import TrialResult
 from tests.helpers import tiny_context
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from autotune.search.confirm import Candidate, leaders, to_remeasure, winner
+from autotune.study.leaders import Candidate, leaders, to_remeasure, winner
 
 # True tokens/s of ten configurations: the best, two within 1.5 % and 3 % of it (within the
 # noise of one run), then ones clearly behind.

@@ -26,8 +26,8 @@ from autotune.search.convergence import (
     space_dimensions,
 )
 from autotune.search.run import SearchSettings, is_shared
-from autotune.search.space_file import load_space
-from autotune.search.study import make_sampler
+from autotune.search.sampler import make_sampler
+from autotune.space.file import load_space
 from tests.attack_helpers import FAST, fake_trials
 from tests.helpers import write_space
 

@@ -10,7 +10,7 @@ import pytest
 
 from autotune.errors import UsageError
 from autotune.measure.measurement import Measurement
-from autotune.search.study import check_rules
+from autotune.study.lifecycle import check_rules
 from tests.attack_helpers import refused
 from tests.helpers import tiny_context
 

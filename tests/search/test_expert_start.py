@@ -12,10 +12,11 @@ from optuna.trial import FixedTrial, TrialState
 
 from autotune.device.info import DeviceInfo
 from autotune.knobs.support import DeviceCapabilities, check_supported
-from autotune.search.expert_start import EXPERT_ATTR, ModelDims, expert_configs
+from autotune.model.sizes import ModelDims
+from autotune.search.expert_start import EXPERT_ATTR, expert_configs
 from autotune.search.run import open_search
-from autotune.search.sampling import suggest
-from autotune.search.space_file import load_space
+from autotune.space.file import load_space
+from autotune.space.sampling import suggest
 from tests.helpers import TINY_SPACE, GiB, load, run_together, search_settings
 
 SPACES = Path(__file__).resolve().parents[2] / "autotune" / "search_spaces"

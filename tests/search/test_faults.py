@@ -10,10 +10,8 @@ from optuna.trial import TrialState
 
 from autotune.measure import outcomes
 from autotune.search.run import prepare, run_search
-from autotune.search.storage import (
-    load_study,
-)
-from autotune.search.study import is_feasible_ok, summarize
+from autotune.study.storage import load_study
+from autotune.study.summary import is_feasible_ok, summarize
 from tests.helpers import (
     FAST,
     FINISHED,

@@ -30,9 +30,7 @@ from autotune.search.fleet import (
     supervise,
     worker_command,
 )
-from autotune.search.storage import (
-    redact,
-)
+from autotune.study.urls import redact
 from tests.helpers import (
     TINY_SPACE,
     TRIALS_PER_WORKER,

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from autotune.cli import main
 from autotune.measure import outcomes
-from autotune.search.storage import load_study
+from autotune.study.storage import load_study
 from tests.attack_helpers import FAST, fake_trials
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from autotune.cli import main
 from autotune.search.run import run_search
-from autotune.search.storage import open_storage
+from autotune.study.storage import open_storage
 from tests.attack_helpers import fake_trials, settings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -20,7 +20,7 @@ from autotune.search.memory_model import (
     predict_peak,
 )
 from autotune.search.objective import Objective, TrialFailed
-from autotune.search.study import summarize
+from autotune.study.summary import summarize
 from autotune.trial.runner import TrialResult
 from tests.helpers import ok_measurement, tiny_context
 

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from autotune.cli import main
 from autotune.config import TrainConfig
 from autotune.present.summaries import best_table, format_verify, search_summary, show_text, trial_line
-from autotune.search.best import recipe_from_trial
+from autotune.recipe.from_study import recipe_from_trial
 from autotune.search.run import model_slug
-from autotune.search.storage import default_storage_url
-from autotune.search.study import summarize
+from autotune.study.summary import summarize
+from autotune.study.urls import default_storage_url
 
 CONFIG = TrainConfig().to_dict()
 

@@ -9,7 +9,7 @@ import optuna
 from click.testing import CliRunner
 
 from autotune.cli import main
-from autotune.search.confirm import confirmation_key
+from autotune.study.leaders import confirmation_key
 from tests.attack_helpers import FAST, fake_trials
 
 STUDY = "gpt2-tiny-cpu"

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from autotune.cli import main
 from autotune.search.references import BASELINE, CHECKLIST
-from autotune.search.storage import load_study
+from autotune.study.storage import load_study
 from tests.attack_helpers import FAST, fake_trials
 
 STUDY = "gpt2-tiny-cpu"

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from autotune.cli import main
 from autotune.errors import UsageError
 from autotune.search.run import run_search
-from autotune.search.storage import load_study, open_storage
+from autotune.study.storage import load_study, open_storage
 from tests.attack_helpers import FAST, fake_trials, files_under, settings
 
 # One pytest-xdist worker runs this module, so that its module-scoped study (resumable_made: a search)
@@ -123,11 +123,12 @@ def test_a_failed_warm_start_leaves_nothing_and_the_corrected_rerun_warm_starts(
 def test_ctrl_c_during_study_creation_leaves_a_whole_study(tmp_path, monkeypatch):
     """A Ctrl-C while the study is being set up waits until it is set up, then stops the run:
     the next run resumes at once instead of finding a half-made study."""
-    import autotune.search.study as study_module
+    import autotune.search.run as run_module
+    import autotune.study.lifecycle as study_module
 
     monkeypatch.chdir(tmp_path)
     fake_trials(monkeypatch)
-    real = study_module.enqueue_references
+    real = run_module.enqueue_references
 
     handlers = []  # what handled SIGINT when the user pressed it, should the test fail
 
@@ -138,14 +139,14 @@ def test_ctrl_c_during_study_creation_leaves_a_whole_study(tmp_path, monkeypatch
         signal.raise_signal(signal.SIGINT)
         real(study)
 
-    monkeypatch.setattr(study_module, "enqueue_references", interrupted_midway)
+    monkeypatch.setattr(run_module, "enqueue_references", interrupted_midway)
     result = search("--n-trials", "2")
     assert result.exit_code == 130, (result.exit_code, handlers, result.output)
     assert result.stderr == "Error: interrupted (Ctrl-C)\n"
     study = load_study(STUDY, None)
     # set up whole: the two references and the expert start
     assert study.user_attrs.get("identity") and len(study.trials) == 3
-    monkeypatch.setattr(study_module, "enqueue_references", real)
+    monkeypatch.setattr(run_module, "enqueue_references", real)
     started = time.monotonic()
     assert search("--n-trials", "1").exit_code == 0
     assert time.monotonic() - started < study_module.JOIN_WAIT_S
@@ -156,7 +157,7 @@ def test_a_half_made_study_of_a_dead_creator_is_set_up_at_once(tmp_path, monkeyp
     next run sees its creator is gone and sets it up, without waiting JOIN_WAIT_S."""
     import subprocess
 
-    import autotune.search.study as study_module
+    import autotune.study.lifecycle as study_module
 
     monkeypatch.chdir(tmp_path)
     fake_trials(monkeypatch)

@@ -16,9 +16,7 @@ import autotune.search.run
 from autotune.recipe.recipe import Recipe
 from autotune.search.references import baseline_config
 from autotune.search.run import SearchInterrupted, run_search
-from autotune.search.storage import (
-    open_storage,
-)
+from autotune.study.storage import open_storage
 from autotune.trial.runner import TrialResult
 from tests.helpers import STUDY, ok_measurement, search_settings
 

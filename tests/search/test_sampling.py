@@ -1,4 +1,4 @@
-"""autotune.search.sampling: conditional dimensions, checkpoint layers recorded explicitly,
+"""autotune.space.sampling: conditional dimensions, checkpoint layers recorded explicitly,
 fixed knobs, and the params that reproduce a configuration (warm starts)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import optuna
 from optuna.trial import FixedTrial
 
 from autotune.config import TrainConfig
-from autotune.search.sampling import params_for, suggest
+from autotune.space.sampling import params_for, suggest
 from tests.helpers import SPACES, TINY_PARAMS, TINY_SPACE, bind_space, write_space
 
 

@@ -1,4 +1,4 @@
-"""autotune.search.space and space_file: loading and validation (each error names the file and
+"""autotune.space.definition and space_file: loading and validation (each error names the file and
 the key or line), checkpoint placements, rules, and the hash."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
-from autotune.search.space import checkpoint_layers
+from autotune.space.definition import checkpoint_layers
 from tests.helpers import N_LAYER, SPACES, TINY_SPACE, bind_space, write_space
 
 

@@ -13,8 +13,8 @@ from optuna.trial import FixedTrial
 from autotune.config import TrainConfig
 from autotune.errors import UnsupportedConfig, UsageError
 from autotune.knobs.support import DeviceCapabilities, check_supported
-from autotune.search.sampling import params_for, suggest
-from autotune.search.space_file import load_space
+from autotune.space.file import load_space
+from autotune.space.sampling import params_for, suggest
 
 # One pytest-xdist worker runs this module, so that its module-scoped sample of 400 GPU-space trials (gpu_trials)
 # is made once, not in each worker.

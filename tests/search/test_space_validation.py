@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import UsageError
-from autotune.search.space_file import load_space
+from autotune.space.file import load_space
 from tests.attack_helpers import refused
 
 N_LAYER, SEQ_LEN = 2, 128

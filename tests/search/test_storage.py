@@ -1,4 +1,4 @@
-"""autotune.search.storage: REFs naming a study, journal files and PostgreSQL (tables created
+"""autotune.study.storage: REFs naming a study, journal files and PostgreSQL (tables created
 once by workers starting together), heartbeats that fail and retry a killed worker's trial,
 and passwords, never shown."""
 
@@ -16,14 +16,8 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.errors import UsageError
-from autotune.search.storage import (
-    RetryStaleTrial,
-    default_grace_period_s,
-    load_ref,
-    open_storage,
-    redact,
-    split_ref,
-)
+from autotune.study.storage import RetryStaleTrial, default_grace_period_s, load_ref, open_storage
+from autotune.study.urls import redact, split_ref
 from tests.helpers import (
     invoke,
     repo_env,
@@ -128,7 +122,7 @@ def test_workers_starting_together_on_a_fresh_database_all_get_its_tables(postgr
 
 HEARTBEAT_WORKER = textwrap.dedent("""
     import sys, time, optuna
-    from autotune.search.storage import default_grace_period_s, open_storage
+    from autotune.study.storage import default_grace_period_s, open_storage
     storage = open_storage(sys.argv[1], grace_period_s=default_grace_period_s())
     study = optuna.load_study(study_name=sys.argv[2], storage=storage)
     def objective(trial):

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from autotune.errors import UsageError
-from autotune.search.storage import open_storage, redact
+from autotune.study.storage import open_storage
+from autotune.study.urls import redact
 from tests.attack_helpers import FAST, fake_trials, refused, settings
 from tests.helpers import FINISHED
 
@@ -44,7 +45,7 @@ def test_show_with_a_path_for_a_study_name_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_raw_at_in_a_password_is_refused_and_hidden_whole():
-    from autotune.search.storage import parse_storage_url
+    from autotune.study.urls import parse_storage_url
 
     url = "postgresql://tuner:p@ss@w0rd@db.example/autotune"
     with pytest.raises(UsageError) as info:
@@ -75,7 +76,7 @@ def test_a_raw_at_in_a_password_is_refused_and_hidden_whole():
     ],
 )
 def test_accepted_forms(text, kind, url):
-    from autotune.search.storage import parse_storage_url
+    from autotune.study.urls import parse_storage_url
 
     parsed = parse_storage_url(text)
     assert (parsed.kind, parsed.url) == (kind, url)
@@ -100,7 +101,7 @@ def test_accepted_forms(text, kind, url):
     ],
 )
 def test_refused_forms(text):
-    from autotune.search.storage import parse_storage_url
+    from autotune.study.urls import parse_storage_url
 
     with pytest.raises(UsageError) as info:
         parse_storage_url(text)
@@ -148,7 +149,7 @@ def test_in_memory_sqlite_runs_without_heartbeat_noise(tmp_path, monkeypatch, ca
 
 
 def test_check_study_name_accepts_the_default_names():
-    from autotune.search.storage import check_study_name
+    from autotune.study.urls import check_study_name
 
     for name in ("gpt2-nvidia-h200", "gpt2-tiny-cpu", "make_llama-cpu", "a.b_c-2"):
         assert check_study_name(name) == name
@@ -157,7 +158,7 @@ def test_check_study_name_accepts_the_default_names():
 def test_a_raw_hash_in_a_query_password_is_not_shown_as_a_study_name():
     # Found by tests/test_fuzz.py: '#' starts a study name in a REF, so "PW#QX" read as the
     # password PW and a study QX, and QX (the password's end) was shown.
-    from autotune.search.storage import redact
+    from autotune.study.urls import redact
 
     assert redact("postgresql://u@h/db?sslmode=require&password=PW#QX") == (
         "postgresql://u@h/db?sslmode=require&password=***#***"

@@ -1,4 +1,4 @@
-"""autotune.search.study: workers opening one new study at once create it and its references
+"""autotune.study.lifecycle: workers opening one new study at once create it and its references
 once, get their own sampler seeds, finish a dead creator's set-up; a dead tuner's trial is
 failed and retried once; the summary's references."""
 
@@ -11,17 +11,24 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-import autotune.search.study
+import autotune.study.lifecycle
 from autotune.measure import outcomes
-from autotune.search.storage import (
-    open_storage,
-)
-from autotune.search.study import summarize
+from autotune.search.references import enqueue_references
+from autotune.search.sampler import make_sampler
+from autotune.study.storage import open_storage
+from autotune.study.summary import summarize
 from tests.helpers import (
     load,
     run_together,
     tiny_context,
 )
+
+
+def open_reference_study(name, storage, ctx):
+    """Open a study as `search` does: the tuner's sampler, the references enqueued at creation."""
+    return autotune.study.lifecycle.open_study(
+        name, storage, ctx, sampler=make_sampler, seed=0, on_create=enqueue_references
+    )
 
 
 @pytest.mark.parametrize("backend", ["journal", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -36,9 +43,7 @@ def test_concurrent_workers_create_the_study_and_its_references_once(backend, re
         else request.getfixturevalue("postgres").fresh_database()
     )
     results: list = []
-    errors = run_together(
-        4, lambda: results.append(autotune.search.study.open_study("race", open_storage(url), ctx, seed=0))
-    )
+    errors = run_together(4, lambda: results.append(open_reference_study("race", open_storage(url), ctx)))
     assert not errors, errors
     assert sorted(is_new for _, is_new in results) == [False, False, False, True]
     study = load(url, "race")
@@ -50,15 +55,15 @@ def test_concurrent_workers_create_the_study_and_its_references_once(backend, re
 def test_workers_joining_together_get_their_own_sampler_seed():
     """Same seed, same number of trials, two processes: different seeds, or the two workers
     would propose the same configurations in lockstep. A resume gets a new one too."""
-    assert autotune.search.study.worker_seed(0, 2, pid=1001) != autotune.search.study.worker_seed(0, 2, pid=1002)
-    assert autotune.search.study.worker_seed(0, 2, pid=1001) != autotune.search.study.worker_seed(0, 3, pid=1001)
+    assert autotune.study.lifecycle.worker_seed(0, 2, pid=1001) != autotune.study.lifecycle.worker_seed(0, 2, pid=1002)
+    assert autotune.study.lifecycle.worker_seed(0, 2, pid=1001) != autotune.study.lifecycle.worker_seed(0, 3, pid=1001)
 
 
 def test_a_study_whose_creator_died_before_setting_it_up_is_set_up_by_the_next_worker(tmp_path, monkeypatch):
-    monkeypatch.setattr(autotune.search.study, "JOIN_WAIT_S", 0.5)
+    monkeypatch.setattr(autotune.study.lifecycle, "JOIN_WAIT_S", 0.5)
     storage = open_storage(f"journal:{tmp_path / 's.journal'}")
     optuna.create_study(study_name="half", storage=storage, direction="maximize")  # and then the creator died
-    study, is_new = autotune.search.study.open_study("half", storage, tiny_context(), seed=0)
+    study, is_new = open_reference_study("half", storage, tiny_context())
     assert is_new and len(study.get_trials(states=(TrialState.WAITING,))) == 2
 
 
@@ -75,7 +80,7 @@ def test_orphaned_trial_of_a_dead_tuner_is_failed_at_resume_and_retried_once(tmp
             t = study.ask({"x": optuna.distributions.CategoricalDistribution([1, 2])})
             for key, value in {"host": socket.gethostname(), "tuner_pid": pid, "trial_pid": 1, "config": {}}.items():
                 t.set_user_attr(key, value)
-        assert autotune.search.study.fail_orphaned_trials(study) == [0]
+        assert autotune.study.lifecycle.fail_orphaned_trials(study) == [0]
         trials = study.get_trials()
         assert trials[0].state == TrialState.FAIL and trials[0].user_attrs["outcome"] == outcomes.INTERRUPTED
         assert trials[1].state == TrialState.RUNNING  # its tuner is alive: not ours to touch
@@ -83,7 +88,7 @@ def test_orphaned_trial_of_a_dead_tuner_is_failed_at_resume_and_retried_once(tmp
         assert retry.params == trials[0].params and retry.system_attrs["failed_trial"] == 0
         # The retry does not inherit the dead attempt's host and pids (it would look orphaned).
         assert "tuner_pid" not in retry.user_attrs and "trial_pid" not in retry.user_attrs
-        assert autotune.search.study.fail_orphaned_trials(study) == []  # idempotent
+        assert autotune.study.lifecycle.fail_orphaned_trials(study) == []  # idempotent
     finally:
         alive.kill()
         alive.wait()

@@ -14,8 +14,8 @@ from autotune.config import TrainConfig
 from autotune.device import DeviceInfo
 from autotune.present.compare import cross_apply, load_comparison
 from autotune.search.run import prepare
-from autotune.search.storage import load_ref
 from autotune.search.warm_start import enqueue_warm_start, invalid_here, warm_start_candidates
+from autotune.study.storage import load_ref
 from tests.helpers import study_settings, synthetic_study
 
 

@@ -57,7 +57,7 @@ from autotune.config import (
     yaml_problem,
 )
 from autotune.errors import UsageError
-from autotune.search.space import (
+from autotune.space.definition import (
     COMPARISONS,
     PLACEMENTS,
     CheckpointDimension,

@@ -13,9 +13,9 @@ from autotune.device.info import software_versions
 from autotune.errors import UsageError
 from autotune.measure import outcomes
 from autotune.recipe.recipe import Recipe, now_iso, recipe_measured
-from autotune.search.confirm import confirmation_key, study_objective
-from autotune.search.storage import redact
-from autotune.search.study import StudySummary, summarize, trial_measurement
+from autotune.study.leaders import confirmation_key, study_objective
+from autotune.study.summary import StudySummary, summarize, trial_measurement
+from autotune.study.urls import redact
 
 
 def recipe_from_trial(

@@ -31,23 +31,21 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from autotune.config import RunSpec
 from autotune.device.info import DeviceInfo, software_versions
 from autotune.errors import UsageError
 from autotune.knobs.support import DeviceCapabilities
 from autotune.measure import outcomes
-from autotune.measure.measurement import Measurement
-from autotune.search import confirm
-from autotune.search.expert_start import ModelDims
-from autotune.search.references import BASELINE, CHECKLIST, enqueue_references
-from autotune.search.space import SearchSpace
-from autotune.search.storage import RetryStaleTrial, internals
+from autotune.model.sizes import ModelDims
+from autotune.space.definition import SearchSpace
+from autotune.study import leaders
+from autotune.study.storage import RetryStaleTrial, internals
 from autotune.trial.processes import process_alive, stops_deferred
 from autotune.units import format_bytes
 
@@ -65,7 +63,7 @@ class StudyContext:
     trial_timeout_s: float
     # Feasible only with a worst-case peak <= limit x (1 - headroom) (outcomes.memory_constraint)
     memory_headroom: float = outcomes.DEFAULT_MEMORY_HEADROOM
-    objective: str = confirm.DEFAULT_OBJECTIVE  # what the study maximizes (search.confirm.OBJECTIVES)
+    objective: str = leaders.DEFAULT_OBJECTIVE  # what the study maximizes (study.leaders.OBJECTIVES)
     model_dims: ModelDims | None = None  # for the expert start's budget estimate; None when unknown
 
     @property
@@ -108,19 +106,6 @@ def study_attrs(ctx: StudyContext) -> dict[str, Any]:
     }
 
 
-def make_sampler(seed: int | None, *, shared: bool = False) -> optuna.samplers.BaseSampler:
-    """The tuner's sampler, in one place: benchmarks/sample_efficiency.py replays this exact one.
-    TPE (multivariate by default in Optuna 5) reads the memory constraint that the objective
-    records with `trial.set_constraint`; 5 random start-up trials before it models the space.
-
-    `shared`: several workers sample this study at once (--devices, or a journal / database
-    storage that other tuners may join). TPE then counts the trials still running as bad ones
-    ("constant liar", Optuna's `constant_liar`), so that workers starting together do not all
-    propose the same region. Optuna 5 turns it on by default; it is set here explicitly, off for
-    a lone worker, where nothing else runs and it would only keep TPE from caching trials."""
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, constant_liar=shared)
-
-
 # A study is ready once its identity attr is written. Its creator writes every other attr and
 # enqueues the reference trials first, so a worker that sees the identity also sees them.
 READY_ATTR = "identity"
@@ -136,31 +121,29 @@ def open_study(
     storage,
     ctx: StudyContext,
     *,
+    sampler: Callable[[int | None], optuna.samplers.BaseSampler],
     seed: int | None = None,
     on_create: Callable[[optuna.Study], None] | None = None,
-    shared: bool = False,
-    references: bool = True,
 ) -> tuple[optuna.Study, bool]:
     """Create the study, or resume it when it was made for the same hardware, model, data
     and space. Returns (study, is_new). `on_create(study)` runs as part of a new study's set-up
-    (the expert start and a warm start enqueue their trials there), before the study is marked
-    ready. `shared`: other workers sample it at the same time (see `make_sampler`).
-    `references`: a new study opens with the baseline and checklist trials.
+    (the reference trials, the tuner's first proposals and a warm start are enqueued there),
+    before the study is marked ready. `sampler(seed)` makes the study's sampler (the tuner's:
+    `search.sampler.make_sampler`).
 
     Race-free with many workers: only the one whose `create_study` succeeds sets the study
-    up and enqueues the reference trials; the others get DuplicatedStudyError, load it and
-    wait until it is ready. (load_if_exists would let two new workers both see an empty
-    study and both enqueue the references.) A stop signal (Ctrl-C, SIGTERM) during creation
+    up and runs `on_create`; the others get DuplicatedStudyError, load it and wait until it is
+    ready. (load_if_exists would let two new workers both see an empty study and both enqueue
+    the references.) A stop signal (Ctrl-C, SIGTERM) during creation
     and set-up waits until they are done: a study is never left half made."""
-    sampler = make_sampler(seed, shared=shared)
     with stops_deferred():
         try:
-            study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler)
+            study = optuna.create_study(study_name=name, storage=storage, direction="maximize", sampler=sampler(seed))
         except optuna.exceptions.DuplicatedStudyError:
-            study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+            study = optuna.load_study(study_name=name, storage=storage, sampler=sampler(seed))
         else:
             study.set_user_attr(CREATOR_ATTR, {"host": socket.gethostname(), "pid": os.getpid()})
-            _set_up(study, ctx, on_create, references)
+            _set_up(study, ctx, on_create)
             return study, True
     existing = _wait_until_ready(study)
     if existing is None:
@@ -172,10 +155,10 @@ def open_study(
         # Created, then its creator stopped before setting it up: finish the job.
         log.warning("study %r was created but never set up (its creator stopped early): setting it up now", name)
         with stops_deferred():
-            _set_up(study, ctx, on_create, references)
+            _set_up(study, ctx, on_create)
         return study, True
     if seed is not None:
-        study.sampler = make_sampler(worker_seed(seed, len(study.trials)), shared=shared)
+        study.sampler = sampler(worker_seed(seed, len(study.trials)))
     mismatch = _identity_mismatch(existing, ctx.identity())
     if mismatch:
         raise UsageError(
@@ -198,7 +181,7 @@ def check_rules(
     run asks for another limit, headroom or objective, or another timed window (--steps,
     --min-time), than every trial of the study was judged with."""
     attrs = study.user_attrs
-    stored_objective = confirm.study_objective(attrs)  # a study made before objectives: tokens/s
+    stored_objective = leaders.study_objective(attrs)  # a study made before objectives: tokens/s
     if stored_objective != ctx.objective:
         if objective_given:
             raise UsageError(
@@ -260,18 +243,11 @@ def worker_seed(seed: int, n_trials: int, pid: int | None = None) -> int:
     return (seed * 1_000_003 + n_trials * 7_919 + (os.getpid() if pid is None else pid)) % 2**32
 
 
-def _set_up(
-    study: optuna.Study,
-    ctx: StudyContext,
-    on_create: Callable[[optuna.Study], None] | None = None,
-    references: bool = True,
-) -> None:
+def _set_up(study: optuna.Study, ctx: StudyContext, on_create: Callable[[optuna.Study], None] | None = None) -> None:
     attrs = study_attrs(ctx)
     identity = attrs.pop(READY_ATTR)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
-    if references:
-        enqueue_references(study)
     if on_create is not None:
         on_create(study)
     study.set_user_attr(READY_ATTR, identity)  # last: the study is ready
@@ -339,86 +315,3 @@ def fail_orphaned_trials(study: optuna.Study) -> list[int]:
         # the study would never report its speedups).
         RetryStaleTrial(max_retry=1)(study, storage.get_trial(trial_id))
     return failed
-
-
-# --- reading a study -------------------------------------------------------------------------
-
-
-@dataclass
-class StudySummary:
-    name: str
-    best: FrozenTrial | None
-    baseline: FrozenTrial | None
-    checklist: FrozenTrial | None
-    counts: dict[str, int] = field(default_factory=dict)
-    trials: list[FrozenTrial] = field(default_factory=list)
-    # The top distinct configurations and their re-measurements (`search.confirm`): `best` is
-    # the winner among them, which is not always the best single run.
-    leaders: list[confirm.Candidate] = field(default_factory=list)
-
-    def speedup(self, reference: FrozenTrial | None) -> float | None:
-        if self.best is None or reference is None:
-            return None
-        ref = tokens_per_sec(reference)
-        return tokens_per_sec(self.best) / ref if ref else None
-
-    @property
-    def no_best_reason(self) -> str:
-        """Why there is no best: the study has no trials; every trial that got as far as memory
-        broke the limit; every run that finished did not train (diverged); or no trial got that
-        far (all crashed, timed out or unsupported: the limit is not the cause)."""
-        if not self.trials:
-            return "the study has no trials yet"
-        measured = sum(self.counts.get(o, 0) for o in (*outcomes.MEASURED, *outcomes.INFEASIBLE))
-        if measured:
-            return "no trial fits the memory limit"
-        if self.counts.get(outcomes.DIVERGED):
-            return "no trial finished a measurement with a finite loss (every run that finished diverged)"
-        return "no trial finished a measurement"
-
-
-def tokens_per_sec(trial: FrozenTrial) -> float | None:
-    return trial.user_attrs.get("tokens_per_sec")
-
-
-def trial_measurement(trial: FrozenTrial) -> Measurement | None:
-    """The trial's measurement, typed again (stored as a JSON user attr); None if it has none."""
-    stored = trial.user_attrs.get("measurement")
-    if not stored:
-        return None
-    # What the trial itself records stands in for keys an older or partial record lacks.
-    known = {"config": trial.user_attrs.get("config") or {}, "outcome": trial.user_attrs.get("outcome") or "unknown"}
-    return Measurement.from_dict({**known, **stored})
-
-
-def is_feasible_ok(trial: FrozenTrial) -> bool:
-    return (
-        trial.state == TrialState.COMPLETE
-        and trial.user_attrs.get("outcome") == outcomes.OK
-        and all(v <= 0 for v in (trial.constraints or {}).values())
-    )
-
-
-def summarize(study: optuna.Study) -> StudySummary:
-    trials = study.get_trials(deepcopy=False)
-    feasible = [t for t in trials if is_feasible_ok(t)]
-    leaders = confirm.study_leaders(feasible, study.user_attrs)
-    chosen = confirm.winner(leaders)
-    best = next(t for t in feasible if t.number == chosen.number) if chosen else None
-    counts: dict[str, int] = {}
-    for t in trials:
-        outcome = t.user_attrs.get("outcome") or ("running" if t.state == TrialState.RUNNING else t.state.name.lower())
-        counts[outcome] = counts.get(outcome, 0) + 1
-
-    def reference(name: str) -> FrozenTrial | None:
-        # measured: ok, or over the limit with a rate (not one the RSS watchdog stopped early)
-        done = [
-            t
-            for t in trials
-            if t.user_attrs.get("reference") == name
-            and t.user_attrs.get("outcome") in outcomes.MEASURED
-            and tokens_per_sec(t) is not None
-        ]
-        return done[0] if done else None
-
-    return StudySummary(study.study_name, best, reference(BASELINE), reference(CHECKLIST), counts, trials, leaders)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from autotune.config import TrainConfig, knob_text
-from autotune.search.space import Dimension, SearchSpace, checkpoint_layers, matches
+from autotune.space.definition import Dimension, SearchSpace, checkpoint_layers, matches
 
 
 def suggest(space: SearchSpace, trial) -> TrainConfig:

@@ -9,8 +9,9 @@ from pathlib import Path
 import optuna
 
 from autotune.errors import UsageError
-from autotune.search.storage import STUDIES_DIR, open_storage, redact, study_names
-from autotune.search.study import summarize, tokens_per_sec
+from autotune.study.storage import open_storage, study_names
+from autotune.study.summary import summarize, tokens_per_sec
+from autotune.study.urls import STUDIES_DIR, redact
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,145 @@
+"""The leaders of a study and how the winner is chosen among them, and what a study maximizes.
+Torch-free: a study is read through it (the tuner re-measures the leaders: `search.confirm`).
+
+The best of many noisy trials is biased upward (the winner's curse; Optuna #433, #2021): the
+trial that measured highest is often a configuration that got a lucky run, when the next one
+is as fast or faster. So, at the end of a search:
+
+- the leaders are the top 3 distinct configurations by the study's objective (feasible, ok);
+- when the best's 95 % interval overlaps the next leaders' (they cannot be told apart on one
+  run each; an unknown interval overlaps everything), each leader is measured once more in a
+  fresh process; otherwise only the best is (a second run for its figures);
+- the winner is the leader with the best mean over its runs, among those re-measured with a
+  result (a re-measurement that ended otherwise than ok, e.g. out of memory, drops its leader
+  when another one reproduced). Until the best is re-measured (a search stopped before), the
+  winner is the best single run, as before.
+
+`tests/search/test_confirm_replay.py` replays the rule on constructed noisy figures: it picks
+the truly best configuration more often than the best single run does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from autotune.config import normalize_config_dict
+from autotune.measure import outcomes
+from autotune.measure.intervals import overlap
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
+
+LEADERS = 3
+# What a study maximizes: tokens/s (the default), or tokens per joule (energy per token,
+# `measure.energy`), under the same memory constraint.
+OBJECTIVES = ("tokens_per_sec", "tokens_per_joule")
+DEFAULT_OBJECTIVE = "tokens_per_sec"
+
+
+def confirmation_key(trial_number: int) -> str:
+    """The study attr holding the re-measurement of this trial."""
+    return f"confirmation:{trial_number}"
+
+
+def objective_value(figures: Mapping[str, Any] | None, objective: str) -> float | None:
+    """The objective's value of a measurement (its dict, or a confirmation's record)."""
+    if not figures:
+        return None
+    if objective == "tokens_per_joule":
+        joules = figures.get("joules_per_token")
+        return 1.0 / joules if joules else None
+    return figures.get("tokens_per_sec")
+
+
+def objective_interval(figures: Mapping[str, Any] | None, objective: str) -> tuple[float, float] | None:
+    """The 95 % interval of the objective's value, where the run has one: tokens/s only (energy
+    is one reading over the window, with no spread of its own)."""
+    if not figures or objective != "tokens_per_sec" or not figures.get("tokens_per_sec_ci95"):
+        return None
+    low, high = figures["tokens_per_sec_ci95"]
+    return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A configuration among the leaders: its trial's run and, once re-measured, the second."""
+
+    number: int  # the trial
+    value: float  # the objective's value of the trial's run
+    interval: tuple[float, float] | None = None  # its 95 % interval; None: unknown
+    remeasured: bool = False  # measured once more in a fresh process (whatever the outcome)
+    second: float | None = None  # the objective's value of that run; None: it ended otherwise than ok
+
+    @property
+    def values(self) -> tuple[float, ...]:
+        return (self.value,) if self.second is None else (self.value, self.second)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values)
+
+
+def leaders(ranked: Sequence[Candidate], configs: Sequence[str] | None = None, n: int = LEADERS) -> list[Candidate]:
+    """The top `n` distinct configurations of candidates ranked best first (`configs[i]`
+    identifies candidate i's configuration; a configuration run twice counts once)."""
+    chosen, seen = [], set()
+    for i, candidate in enumerate(ranked):
+        key = configs[i] if configs is not None else candidate.number
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(candidate)
+        if len(chosen) == n:
+            break
+    return chosen
+
+
+def to_remeasure(top: Sequence[Candidate]) -> list[Candidate]:
+    """All the leaders when the best's interval overlaps another leader's, else the best only."""
+    if not top:
+        return []
+    best, rest = top[0], top[1:]
+    return list(top) if any(overlap(best.interval, c.interval) for c in rest) else [best]
+
+
+def winner(top: Sequence[Candidate]) -> Candidate | None:
+    """The leader with the best mean among those re-measured with a result; the best single
+    run while the best has not been re-measured, or when no re-measurement gave a result."""
+    if not top:
+        return None
+    if not top[0].remeasured:
+        return top[0]
+    reproduced = [c for c in top if c.remeasured and c.second is not None]
+    return max(reproduced, key=lambda c: c.mean) if reproduced else top[0]
+
+
+# --- a study's leaders --------------------------------------------------------------------------
+
+
+def study_objective(study_attrs: Mapping[str, Any]) -> str:
+    return study_attrs.get("objective") or DEFAULT_OBJECTIVE
+
+
+def study_leaders(feasible: Iterable["FrozenTrial"], study_attrs: Mapping[str, Any]) -> list[Candidate]:
+    """The leaders among a study's feasible trials, with their re-measurements."""
+    objective = study_objective(study_attrs)
+    ranked = sorted(feasible, key=lambda t: t.value, reverse=True)
+    configs = [json.dumps(normalize_config_dict(t.user_attrs.get("config") or {}), sort_keys=True) for t in ranked]
+    candidates = [_candidate(t, study_attrs, objective) for t in ranked]
+    return leaders(candidates, configs)
+
+
+def _candidate(trial: "FrozenTrial", study_attrs: Mapping[str, Any], objective: str) -> Candidate:
+    record = study_attrs.get(confirmation_key(trial.number))
+    second = None
+    if record is not None and record.get("outcome") == outcomes.OK:
+        second = objective_value(record, objective)
+    return Candidate(
+        number=trial.number,
+        value=float(trial.value),
+        interval=objective_interval(trial.user_attrs.get("measurement"), objective),
+        remeasured=record is not None,
+        second=second,
+    )
