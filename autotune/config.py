@@ -17,41 +17,26 @@ from typing import Any, Mapping
 
 import yaml
 
+from autotune import registry
 from autotune.errors import UnsupportedConfig, UsageError
 
 IGNORE_INDEX = -100  # the label of a pad position in every batch autotune makes: cross-entropy skips it
 
-AMP_DTYPES = ("float32", "tf32", "float16", "bfloat16")
-COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-# What torch.compile covers (see autotune/knobs/compile.py): each block; each block plus the
-# head (final norm, lm_head and the loss) as one region; or the whole model in one graph.
-COMPILE_SCOPES = ("blocks", "blocks+head", "model")
-# How the head computes the loss (autotune/model/loss.py): standard = logits then cross-entropy;
-# chunked = head and cross-entropy over chunks of tokens, the full logits never held at once.
-LOSS_IMPLS = ("standard", "chunked")
-# causal: plain causal attention; document: packed windows whose attention stops at document
-# boundaries (FlexAttention's document mask, autotune/model/attention.py).
-ATTENTION_MASKS = ("causal", "document")
-SDPA_BACKENDS = ("auto", "math", "efficient", "flash", "cudnn")
-# The torch.nn.attention.SDPBackend member each forced backend names (knobs and exports use it).
-SDPA_KERNELS = {
-    "math": "MATH",
-    "efficient": "EFFICIENT_ATTENTION",
-    "flash": "FLASH_ATTENTION",
-    "cudnn": "CUDNN_ATTENTION",
-}
-# fixed: a fixed number of sequences per step, each padded to the context length (the
-# untuned baseline); padded: length-grouped token-budget batches; packed: contiguous windows.
-BATCHING_MODES = ("fixed", "padded", "packed")
+# The choices of the categorical knobs, as the registry declares them.
+AMP_DTYPES = registry.knob("amp_dtype").choices
+COMPILE_MODES = registry.knob("compile_mode").choices
+COMPILE_SCOPES = registry.knob("compile_scope").choices
+LOSS_IMPLS = registry.knob("loss_impl").choices
+ATTENTION_MASKS = registry.knob("attention_mask").choices
+SDPA_BACKENDS = registry.knob("sdpa_backend").choices
+SDPA_KERNELS = registry.SDPA_KERNELS
+BATCHING_MODES = registry.knob("batching").choices
 DEVICE_KINDS = ("cpu", "cuda")
 
-# Bounds on what any file or option may ask for, whatever the machine: beyond them a value is a
-# typo or an attack (a recipe asking for 10,000 worker processes or a 10^12-token batch), never
-# a configuration. What this machine can run is narrower: see `check_runnable_here`.
-MAX_NUM_WORKERS = 1024
-MAX_PREFETCH_FACTOR = 1024
-MAX_TOKEN_BUDGET = 1 << 30  # a billion tokens in one step: far beyond any one device
-MAX_BLOCK_INDEX = 100_000
+MAX_NUM_WORKERS = registry.MAX_NUM_WORKERS
+MAX_PREFETCH_FACTOR = registry.MAX_PREFETCH_FACTOR
+MAX_TOKEN_BUDGET = registry.MAX_TOKEN_BUDGET
+MAX_BLOCK_INDEX = registry.MAX_BLOCK_INDEX
 # A global batch of at most this many micro-batches' worth: llama-scale runs use 4M tokens a
 # step; 2^32 positions is far beyond any configuration, never a reason to loop forever.
 MAX_GLOBAL_BATCH_TOKENS = 1 << 32
@@ -64,205 +49,120 @@ WORKERS_PER_CPU = 4
 WORKERS_FLOOR = 8
 MAX_WORKERS_ENV = "AUTOTUNE_MAX_NUM_WORKERS"
 
+KNOBS: tuple[str, ...] = registry.names(registry.TRAIN)
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """Every knob autotune tunes. Each one is applied in exactly one place (see `knobs.py`
-    and `data.py`), and each has a test that fails if it stops taking effect."""
 
-    num_workers: int = 0
-    prefetch_factor: int | None = None  # only meaningful with workers (DataLoader rule)
-    pin_memory: bool = False
-    persistent_workers: bool = False
-    # Positions per micro-batch, padding included: per optimizer step too, unless the run
-    # fixes a global batch (RunSpec.global_batch_tokens), reached by gradient accumulation.
-    token_budget: int = 8192
-    batching: str = "padded"
-    amp_dtype: str = "float32"
-    compile_mode: str = "none"
-    compile_scope: str = "blocks"  # only with compile_mode other than none
-    sdpa_backend: str = "auto"
-    loss_impl: str = "standard"
-    attention_mask: str = "causal"  # document: only with batching packed
-    checkpoint_layers: tuple[int, ...] = ()
-    # The CUDA caching allocator's expandable_segments (PYTORCH_CUDA_ALLOC_CONF), set in the
-    # trial process before CUDA starts: fewer fragments when batch shapes vary.
-    expandable_segments: bool = False
+def _knob_values(cfg: Any) -> dict[str, Any]:
+    return {name: getattr(cfg, name) for name in KNOBS}
 
-    def __post_init__(self) -> None:
-        check_int("num_workers", self.num_workers, minimum=0, maximum=MAX_NUM_WORKERS)
-        check_int("token_budget", self.token_budget, minimum=1, maximum=MAX_TOKEN_BUDGET)
-        if self.prefetch_factor is not None:
-            check_int("prefetch_factor", self.prefetch_factor, minimum=1, maximum=MAX_PREFETCH_FACTOR)
-            if self.num_workers == 0:
-                raise UsageError("prefetch_factor needs num_workers > 0 (the main process does not prefetch)")
-        if self.persistent_workers and self.num_workers == 0:
-            raise UsageError("persistent_workers needs num_workers > 0")
-        for name, value in (
-            ("pin_memory", self.pin_memory),
-            ("persistent_workers", self.persistent_workers),
-            ("expandable_segments", self.expandable_segments),
-        ):
-            if not isinstance(value, bool):
-                raise UsageError(f"{name} must be true or false, got {value!r}")
-        _check_choice("batching", self.batching, BATCHING_MODES)
-        _check_choice("amp_dtype", self.amp_dtype, AMP_DTYPES)
-        _check_choice("compile_mode", self.compile_mode, COMPILE_MODES)
-        _check_choice("compile_scope", self.compile_scope, COMPILE_SCOPES)
-        _check_choice("sdpa_backend", self.sdpa_backend, SDPA_BACKENDS)
-        if not isinstance(self.checkpoint_layers, (tuple, list)):
-            raise UsageError(f"checkpoint_layers must be a list of block indices, got {self.checkpoint_layers!r}")
-        _check_choice("loss_impl", self.loss_impl, LOSS_IMPLS)
-        _check_choice("attention_mask", self.attention_mask, ATTENTION_MASKS)
-        self._check_combinations()
-        layers = tuple(self.checkpoint_layers)
-        for index in layers:
-            check_int("checkpoint_layers", index, minimum=0, maximum=MAX_BLOCK_INDEX)
-        if len(set(layers)) != len(layers):
-            raise UsageError(f"checkpoint_layers has repeated block indices: {list(layers)}")
-        object.__setattr__(self, "checkpoint_layers", tuple(sorted(layers)))
 
-    def _check_combinations(self) -> None:
-        """Knobs that would not take effect with the others: a configuration claiming them
-        would be measured as something it is not."""
-        if self.compile_scope != "blocks" and self.compile_mode == "none":
-            raise UsageError(
-                f"compile_scope={self.compile_scope} needs a compile_mode other than none (nothing is compiled)"
-            )
-        if self.attention_mask == "document":
-            if self.batching != "packed":
-                # A padded or fixed row holds one document (or a piece of one) followed by
-                # pads: causal attention already never crosses a document there.
-                raise UsageError(
-                    f"attention_mask=document needs batching=packed: a {self.batching} row holds one "
-                    "document, so causal attention already stops at its boundary"
-                )
-            if self.sdpa_backend != "auto":
-                raise UsageError(
-                    "attention_mask=document runs FlexAttention, not scaled_dot_product_attention: "
-                    f"sdpa_backend={self.sdpa_backend} would not take effect; leave it at auto"
-                )
+def _post_init(self: Any) -> None:
+    """Each knob's type, choices and range, then its rules with the others (the registry's)."""
+    for knob in registry.knobs_of(registry.TRAIN):
+        problem = knob.check(getattr(self, knob.name))
+        if problem is not None:
+            raise UsageError(problem)
+    values = _knob_values(self)
+    for knob in registry.knobs_of(registry.TRAIN):
+        if knob.requires is not None and (why := knob.requires(values)) is not None:
+            raise UsageError(why)
+    for knob in registry.knobs_of(registry.TRAIN):
+        if knob.kind is registry.Kind.BLOCKS:
+            object.__setattr__(self, knob.name, tuple(sorted(getattr(self, knob.name))))
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values (lists, not tuples), for recipes, user attrs and --json."""
-        data = dataclasses.asdict(self)
-        data["checkpoint_layers"] = list(self.checkpoint_layers)
-        return data
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, where: str | None = None) -> "TrainConfig":
-        """Knobs from a mapping (a recipe, a stored trial, a space's values); `where` prefixes
-        every error ("recipe r.json: config")."""
-        prefix = f"{where}: " if where else ""
-        if not isinstance(data, Mapping):
-            raise UsageError(f"{prefix}expected a mapping of knobs, got {type(data).__name__}")
-        unknown = sorted((str(k) for k in set(data) - set(KNOBS)), key=str)
-        if unknown:
-            raise UsageError(f"{prefix}unknown knob {unknown[0]!r}; valid knobs: {', '.join(KNOBS)}")
-        values = dict(data)
-        if "checkpoint_layers" in values:
-            layers = values["checkpoint_layers"]
+def _to_dict(self: Any) -> dict[str, Any]:
+    """Plain JSON values (lists, not tuples), for recipes, user attrs and --json."""
+    return {name: list(v) if isinstance(v, tuple) else v for name, v in _knob_values(self).items()}
+
+
+def _from_dict(cls: type, data: Mapping[str, Any], *, where: str | None = None) -> Any:
+    """Knobs from a mapping (a recipe, a stored trial, a space's values); `where` prefixes
+    every error ("recipe r.json: config")."""
+    prefix = f"{where}: " if where else ""
+    if not isinstance(data, Mapping):
+        raise UsageError(f"{prefix}expected a mapping of knobs, got {type(data).__name__}")
+    unknown = sorted((str(k) for k in set(data) - set(KNOBS)), key=str)
+    if unknown:
+        raise UsageError(f"{prefix}unknown knob {_short(unknown[0])}; valid knobs: {', '.join(KNOBS)}")
+    values = dict(data)
+    for knob in registry.knobs_of(registry.TRAIN):
+        if knob.kind is registry.Kind.BLOCKS and knob.name in values:
+            layers = values[knob.name]
             if layers is not None and not isinstance(layers, (list, tuple)):
-                raise UsageError(f"{prefix}checkpoint_layers must be a list of block indices, got {_short(layers)}")
-            values["checkpoint_layers"] = tuple(layers or ())
-        try:
-            return cls(**values)
-        except UsageError as exc:
-            raise UsageError(f"{prefix}{exc}") from None
-
-    def replace(self, **changes: Any) -> "TrainConfig":
-        return dataclasses.replace(self, **changes)
-
-    def with_overrides(self, assignments: Mapping[str, str]) -> "TrainConfig":
-        """Apply `knob=value` strings from the command line (`--set`)."""
-        values = self.to_dict()
-        for knob, text in assignments.items():
-            values[knob] = parse_knob(knob, text)
-        if values["num_workers"] == 0:
-            # Defaults that only make sense with workers are dropped rather than rejected,
-            # so `--set num_workers=0` works on its own; explicit conflicts still fail.
-            if "prefetch_factor" not in assignments:
-                values["prefetch_factor"] = None
-            if "persistent_workers" not in assignments:
-                values["persistent_workers"] = False
-        return TrainConfig.from_dict(values)
+                raise UsageError(f"{prefix}{knob.name} must be a list of block indices, got {_short(layers)}")
+            values[knob.name] = tuple(layers or ())
+    try:
+        return cls(**values)
+    except UsageError as exc:
+        raise UsageError(f"{prefix}{exc}") from None
 
 
-KNOBS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrainConfig))
+def _replace(self: Any, **changes: Any) -> Any:
+    return dataclasses.replace(self, **changes)
 
-_KNOB_HELP = {
-    "num_workers": f"an integer from 0 to {MAX_NUM_WORKERS}",
-    "prefetch_factor": f"an integer from 1 to {MAX_PREFETCH_FACTOR}, or none",
-    "pin_memory": "true or false",
-    "persistent_workers": "true or false",
-    "token_budget": f"an integer from 1 to {MAX_TOKEN_BUDGET} (tokens per step)",
-    "batching": " | ".join(BATCHING_MODES),
-    "amp_dtype": " | ".join(AMP_DTYPES),
-    "compile_mode": " | ".join(COMPILE_MODES),
-    "compile_scope": " | ".join(COMPILE_SCOPES),
-    "sdpa_backend": " | ".join(SDPA_BACKENDS),
-    "loss_impl": " | ".join(LOSS_IMPLS),
-    "attention_mask": " | ".join(ATTENTION_MASKS),
-    "checkpoint_layers": "comma-separated block indices, e.g. 0,1,2 (empty or none for no checkpointing)",
-    "expandable_segments": "true or false",
-}
+
+def _with_overrides(self: Any, assignments: Mapping[str, str]) -> Any:
+    """Apply `knob=value` strings from the command line (`--set`). A knob the others make
+    meaningless (prefetch without workers) goes back to its default unless it was set too,
+    so `--set num_workers=0` works on its own; explicit conflicts still fail."""
+    values = self.to_dict()
+    for name, text in assignments.items():
+        values[name] = parse_knob(name, text)
+    for knob in registry.knobs_of(registry.TRAIN):
+        if knob.inactive is not None and knob.name not in assignments and knob.inactive(values):
+            values[knob.name] = knob.default
+    return type(self).from_dict(values)
+
+
+def _annotation(knob: registry.Knob) -> str:
+    return {
+        registry.Kind.INTEGER: "int",
+        registry.Kind.OPTIONAL_INTEGER: "int | None",
+        registry.Kind.BOOLEAN: "bool",
+        registry.Kind.CHOICE: "str",
+        registry.Kind.BLOCKS: "tuple[int, ...]",
+    }[knob.kind]
+
+
+def _train_config_class() -> type:
+    knobs = registry.knobs_of(registry.TRAIN)
+    lines = "\n".join(
+        f"    {k.name}: {k.values_help}; default {registry.value_text(k.default) or 'none'}" for k in knobs
+    )
+    namespace = {
+        "__doc__": "Every knob of a training run, from `autotune.registry` (each declared once there, with\n"
+        "where it takes effect and a test that fails if it stops doing so). A frozen value,\n"
+        "validated once when built from the CLI, a YAML space, a recipe or an Optuna trial.\n\n" + lines,
+        "__post_init__": _post_init,
+        "to_dict": _to_dict,
+        "from_dict": classmethod(_from_dict),
+        "replace": _replace,
+        "with_overrides": _with_overrides,
+    }
+    fields = [(k.name, _annotation(k), dataclasses.field(default=k.default)) for k in knobs]
+    cls = dataclasses.make_dataclass("TrainConfig", fields, namespace=namespace, frozen=True)
+    cls.__module__ = __name__  # pickling and reprs find it here
+    return cls
+
+
+TrainConfig = _train_config_class()
 
 
 def parse_knob(knob: str, text: str) -> Any:
     """Parse one `--set knob=value` string into the knob's typed value."""
     if knob not in KNOBS:
-        raise UsageError(f"unknown knob {knob!r}; valid knobs: {', '.join(KNOBS)}")
-    raw = text.strip()
-    bad = UsageError(f"invalid value {text!r} for {knob}: expected {_KNOB_HELP[knob]}")
-    if knob in ("num_workers", "token_budget", "prefetch_factor"):
-        if knob == "prefetch_factor" and raw.lower() in ("none", ""):
-            return None
-        try:
-            value = int(raw.replace("_", ""))
-        except ValueError:
-            raise bad from None
-        top = {"num_workers": MAX_NUM_WORKERS, "token_budget": MAX_TOKEN_BUDGET}.get(knob, MAX_PREFETCH_FACTOR)
-        if not (0 if knob == "num_workers" else 1) <= value <= top:
-            raise bad
-        return value
-    if knob in ("pin_memory", "persistent_workers", "expandable_segments"):
-        lowered = raw.lower()
-        if lowered in ("true", "1", "yes", "on"):
-            return True
-        if lowered in ("false", "0", "no", "off"):
-            return False
-        raise bad
-    if knob == "checkpoint_layers":
-        if raw.lower() in ("", "none"):
-            return ()
-        try:
-            layers = tuple(int(part) for part in raw.split(","))
-        except ValueError:
-            raise bad from None
-        if any(not 0 <= layer <= MAX_BLOCK_INDEX for layer in layers):
-            raise bad
-        return layers
-    choices = {
-        "batching": BATCHING_MODES,
-        "amp_dtype": AMP_DTYPES,
-        "compile_mode": COMPILE_MODES,
-        "compile_scope": COMPILE_SCOPES,
-        "sdpa_backend": SDPA_BACKENDS,
-        "loss_impl": LOSS_IMPLS,
-        "attention_mask": ATTENTION_MASKS,
-    }[knob]
-    if raw not in choices:
-        raise bad
-    return raw
+        raise UsageError(f"unknown knob {_short(knob)}; valid knobs: {', '.join(KNOBS)}")
+    declared = registry.knob(knob)
+    try:
+        return declared.parse(text)
+    except ValueError:
+        raise UsageError(f"invalid value {_short(text)} for {knob}: expected {declared.values_help}") from None
 
 
 def knob_text(value: Any) -> str:
     """A knob value as `--set` and `parse_knob` spell it: true/false, 0,1,2, none."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return "none" if value is None else str(value)
+    return registry.value_text(value)
 
 
 def parse_assignments(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
@@ -272,9 +172,9 @@ def parse_assignments(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
         knob, sep, value = pair.partition("=")
         knob = knob.strip()
         if not sep or not knob:
-            raise UsageError(f"--set expects knob=value, got {pair!r}; knobs: {', '.join(KNOBS)}")
+            raise UsageError(f"--set expects knob=value, got {_short(pair)}; knobs: {', '.join(KNOBS)}")
         if knob not in KNOBS:
-            raise UsageError(f"unknown knob {knob!r} in --set; valid knobs: {', '.join(KNOBS)}")
+            raise UsageError(f"unknown knob {_short(knob)} in --set; valid knobs: {', '.join(KNOBS)}")
         parse_knob(knob, value)  # validate early so the error names the knob
         out[knob] = value
     return out
@@ -365,8 +265,7 @@ def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return registry._short(value)
 
 
 def usable_cpus() -> int:

@@ -31,6 +31,7 @@ LAYERS = {
     "data": 1,
     "space": 1,  # search spaces: read, validated, sampled (torch-free)
     "config": 0,
+    "registry": 0,  # every knob declared once (below config, which builds TrainConfig from it)
     "device": 0,
     "errors": 0,
     "units": 0,

@@ -7,8 +7,10 @@ import contextlib
 import importlib.metadata
 import logging
 import warnings
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Any, Iterator
 
+from autotune import registry
 from autotune.errors import UsageError
 from autotune.recipe.recipe import Recipe
 
@@ -83,3 +85,52 @@ def quietly(*loggers: str) -> Iterator[None]:
     finally:
         for logger, level in saved:
             logger.setLevel(level)
+
+
+@dataclass(frozen=True)
+class View:
+    """What a knob's export mapping reads besides its value (`registry.Knob.hf`, `.lightning`,
+    `.loader`): the recipe and its configuration, the installed library's field names, whether
+    the user applies the recipe to the model (then Trainer must not checkpoint or compile it
+    again), and the batch size its token budget becomes."""
+
+    recipe: Recipe
+    names: Any = None  # integrations.hf.Names: the installed transformers' field names
+    model_applied: bool = False
+    sequences_per_step: int = 1
+    major_version: int = 2  # of the library (Lightning 1.x names precisions otherwise)
+
+    @property
+    def cfg(self) -> Any:
+        return self.recipe.config
+
+
+def knob_fields(hook: str, view: View) -> dict[str, Any]:
+    """Every knob's fields for one library (`hook`: "hf", "lightning" or "loader"), in the
+    registry's order."""
+    out: dict[str, Any] = {}
+    for knob in registry.knobs_of(registry.TRAIN):
+        mapping = getattr(knob, hook)
+        if mapping is not None:
+            out.update(mapping(getattr(view.cfg, knob.name), view))
+    return out
+
+
+def knob_notes(hook: str, library: str, view: View) -> list[str]:
+    """What the library cannot express, knob by knob (`hook`: "hf_note" or "lightning_note").
+    A knob with no mapping and no note for this library, set to other than its default, gets a
+    plain one: the library has no argument for it, `recipe.apply_to_model` applies it."""
+    lines = []
+    for knob in registry.knobs_of(registry.TRAIN):
+        value = getattr(view.cfg, knob.name)
+        note = getattr(knob, hook)
+        if note is not None:
+            said = note(value, view)
+            if said:
+                lines.append(said)
+        elif getattr(knob, hook.removesuffix("_note")) is None and knob.loader is None and value != knob.default:
+            lines.append(
+                f"The recipe sets {knob.name}={registry.value_text(value)} ({knob.about}), which {library} has no "
+                "argument for: recipe.apply_to_model(model) applies it."
+            )
+    return lines

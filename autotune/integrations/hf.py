@@ -31,9 +31,12 @@ from typing import Any, Iterator, Sequence
 
 from autotune.errors import AutotuneError, UsageError
 from autotune.integrations.common import (
+    View,
     checkpointed_blocks,
     compiled_scope,
     installed_version,
+    knob_fields,
+    knob_notes,
     quietly,
     sequences_per_step,
 )
@@ -93,31 +96,12 @@ def checked_training_arguments(
 
 
 def _arguments(recipe: Recipe, names: Names, *, seq_len: int | None, model_applied: bool) -> dict[str, Any]:
-    cfg = recipe.config
-    args: dict[str, Any] = {
-        # A micro-batch's sequences (Trainer steps the optimizer every gradient_accumulation_steps).
-        "per_device_train_batch_size": sequences_per_step(recipe, seq_len),
-        "dataloader_num_workers": cfg.num_workers,
-        "dataloader_pin_memory": cfg.pin_memory,  # TrainingArguments' default is True: always say it
-        "dataloader_persistent_workers": cfg.persistent_workers,
-        "bf16": cfg.amp_dtype == "bfloat16",
-        "fp16": cfg.amp_dtype == "float16",
-    }
+    """Each knob's TrainingArguments fields (its registry entry's `hf`), then the recipe's own:
+    its accumulation to a global batch, and use_cpu for a CPU recipe."""
+    view = View(recipe, names, model_applied, sequences_per_step(recipe, seq_len))
+    args = knob_fields("hf", view)
     if recipe.accumulation_steps > 1:  # micro-batches per optimizer step, to the recipe's global batch
         args["gradient_accumulation_steps"] = recipe.accumulation_steps
-    if cfg.num_workers > 0 and cfg.prefetch_factor is not None:
-        args["dataloader_prefetch_factor"] = cfg.prefetch_factor  # refused without workers
-    if cfg.amp_dtype == "tf32":
-        args["tf32"] = True  # only when asked: tf32=False would switch off a TF32 the script set itself
-    if not model_applied and cfg.compile_mode != "none":
-        args["torch_compile"] = True
-        args["torch_compile_mode"] = cfg.compile_mode
-    if not model_applied and cfg.checkpoint_layers:
-        args[names.checkpointing] = True
-        args[names.checkpointing_kwargs] = {"use_reentrant": False}  # as the recipe measured it
-    if cfg.batching == "padded":
-        field, value = names.group_by_length
-        args[field] = value
     if recipe.hardware.get("kind") == "cpu":
         args["use_cpu"] = True  # transformers refuses bf16 on a CPU without it
     return args
@@ -181,7 +165,9 @@ def _no_side_effects() -> Iterator[None]:
 
 
 def notes(recipe: Recipe, args: dict[str, Any]) -> list[str]:
-    """What TrainingArguments cannot express, one sentence a line."""
+    """What TrainingArguments cannot express, one sentence a line: checkpointing and compile
+    together (Trainer does both to the whole model), the global batch, then each knob's own
+    (`registry.Knob.hf_note`, or a plain note for a knob with no field)."""
     cfg = recipe.config
     lines = []
     if cfg.checkpoint_layers:
@@ -205,19 +191,7 @@ def notes(recipe: Recipe, args: dict[str, Any]) -> list[str]:
             f"micro-batches of {cfg.token_budget} (gradient_accumulation_steps), on one device; with N devices, "
             "divide gradient_accumulation_steps by N to keep it."
         )
-    if cfg.batching == "padded":
-        lines.append(
-            f"The recipe batches by token budget ({cfg.token_budget} tokens a step, padding included); "
-            "grouping by length at a fixed batch size is the closest TrainingArguments comes."
-        )
-    elif cfg.batching == "packed":
-        lines.append("The recipe packs documents into full windows (no padding): pack the dataset before training.")
-    if cfg.sdpa_backend != "auto":
-        lines.append(
-            f"The recipe forces the {cfg.sdpa_backend} SDPA backend, which no argument sets: wrap trainer.train() "
-            "in torch.nn.attention.sdpa_kernel (see below)."
-        )
-    return lines
+    return lines + knob_notes("hf_note", "TrainingArguments", View(recipe, Names.for_fields(None)))
 
 
 class DataCollator:

@@ -21,17 +21,17 @@ from typing import Any
 
 from autotune.errors import AutotuneError, UsageError
 from autotune.integrations.common import (
+    View,
     checkpointed_blocks,
     compiled_scope,
     installed_version,
+    knob_fields,
+    knob_notes,
     major_minor,
     quietly,
     sequences_per_step,
 )
 from autotune.recipe.recipe import Recipe
-
-_PRECISION_2 = {"bfloat16": "bf16-mixed", "float16": "16-mixed", "float32": "32-true", "tf32": "32-true"}
-_PRECISION_1 = {"bfloat16": "bf16", "float16": 16, "float32": 32, "tf32": 32}
 
 
 def lightning_version() -> str | None:
@@ -49,8 +49,8 @@ def trainer_kwargs(recipe: Recipe, *, check: bool = True) -> dict[str, Any]:
 def checked_trainer_kwargs(recipe: Recipe, *, check: bool = True) -> tuple[dict[str, Any], str]:
     """`trainer_kwargs`, and one line saying which version's names they are and what checked them."""
     version = lightning_version()
-    table = _PRECISION_1 if version and major_minor(version)[0] < 2 else _PRECISION_2
-    kwargs: dict[str, Any] = {"precision": table[recipe.config.amp_dtype]}
+    major = major_minor(version)[0] if version else 2
+    kwargs: dict[str, Any] = knob_fields("lightning", View(recipe, major_version=major))
     if recipe.accumulation_steps > 1:  # micro-batches per optimizer step, to the recipe's global batch
         kwargs["accumulate_grad_batches"] = recipe.accumulation_steps
     if version is None:
@@ -61,15 +61,9 @@ def checked_trainer_kwargs(recipe: Recipe, *, check: bool = True) -> tuple[dict[
 
 def dataloader_kwargs(recipe: Recipe, *, seq_len: int | None = None) -> dict[str, Any]:
     """`torch.utils.data.DataLoader` keyword arguments: batch_size token_budget // seq_len
-    (yours, else the recipe's), workers, prefetch, pinning, persistent workers."""
-    cfg = recipe.config
-    return {
-        "batch_size": sequences_per_step(recipe, seq_len),
-        "num_workers": cfg.num_workers,
-        "pin_memory": cfg.pin_memory,
-        "prefetch_factor": cfg.prefetch_factor if cfg.num_workers > 0 else None,
-        "persistent_workers": cfg.persistent_workers,
-    }
+    (yours, else the recipe's), workers, prefetch, pinning, persistent workers (each knob's
+    registry entry says its own)."""
+    return knob_fields("loader", View(recipe, sequences_per_step=sequences_per_step(recipe, seq_len)))
 
 
 def check_trainer_kwargs(kwargs: dict[str, Any]) -> str:
@@ -92,11 +86,11 @@ def check_trainer_kwargs(kwargs: dict[str, Any]) -> str:
 
 
 def notes(recipe: Recipe) -> list[str]:
-    """What Trainer and DataLoader arguments cannot express, one sentence a line."""
+    """What Trainer and DataLoader arguments cannot express, one sentence a line: the global
+    batch, the recipe's own batches, checkpointing and compile (`apply_to_model` in
+    configure_model), then each knob's own (`registry.Knob.lightning_note`)."""
     cfg = recipe.config
     lines = []
-    if cfg.amp_dtype == "tf32":
-        lines.append('tf32: float32 weights, TF32 tensor-core matmuls: torch.set_float32_matmul_precision("high").')
     if recipe.global_batch_tokens is not None:
         lines.append(
             f"Global batch: {recipe.global_batch_tokens} tokens per optimizer step, {recipe.accumulation_steps} "
@@ -121,9 +115,4 @@ def notes(recipe: Recipe) -> list[str]:
             f"The recipe {', '.join(done)}: call recipe.apply_to_model(self.model) in "
             "LightningModule.configure_model, which does exactly that."
         )
-    if cfg.sdpa_backend != "auto":
-        lines.append(
-            f"The recipe forces the {cfg.sdpa_backend} SDPA backend: wrap trainer.fit in "
-            "torch.nn.attention.sdpa_kernel (see below)."
-        )
-    return lines
+    return lines + knob_notes("lightning_note", "Lightning", View(recipe))

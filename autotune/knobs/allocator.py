@@ -10,7 +10,7 @@ for the segments allocated from then on."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from autotune.config import TrainConfig
 
@@ -45,3 +45,9 @@ def apply_allocator_settings(cfg: TrainConfig, device_kind: str) -> None:
     import torch
 
     torch._C._accelerator_setAllocatorSettings(f"{OPTION}:True")
+
+
+def apply_allocator_knob(model: Any, cfg: TrainConfig, where: Any) -> Any:
+    """The registry's hook for `expandable_segments` (model stage, first)."""
+    apply_allocator_settings(cfg, where.device_kind)
+    return model

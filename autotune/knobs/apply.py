@@ -1,29 +1,35 @@
-"""The model-side knobs applied in their one documented order (see the package docstring)."""
+"""The model-side knobs applied in their one documented order (see the package docstring):
+each knob of the registry's model stage (`registry.MODEL_STAGE`) through its `apply` hook."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch.nn as nn
 
+from autotune import registry
 from autotune.config import TrainConfig
-from autotune.knobs.allocator import apply_allocator_settings
-from autotune.knobs.checkpoint import apply_activation_checkpointing
-from autotune.knobs.compile import apply_compile, compile_dynamic
-from autotune.knobs.loss import apply_loss_impl
 from autotune.knobs.support import check_model_supported
 from autotune.model.hf import is_hf_model, turn_off_kv_cache
 
 
+@dataclass(frozen=True)
+class Where:
+    """What an apply hook may need besides the model and the configuration."""
+
+    block_path: str | None  # where the transformer blocks are (None: found by their usual names)
+    device_kind: str  # "cpu" or "cuda": where the model's parameters are
+
+
 def apply_model_knobs(model: nn.Module, cfg: TrainConfig, block_path: str | None = None) -> nn.Module:
-    """What the model cannot take fails first, whole; then training set-up, the loss,
-    checkpointing, then compile (dynamic shapes for padded batches): the one documented order."""
+    """What the model cannot take fails first, whole; then training set-up, then each knob of
+    the model stage in the registry's order: the allocator, the loss, checkpointing, compile."""
     check_model_supported(model, cfg)
     prepare_for_training(model)
-    apply_allocator_settings(cfg, _device_kind(model))
-    apply_loss_impl(model, cfg.loss_impl, cfg.token_budget)
-    apply_activation_checkpointing(model, cfg.checkpoint_layers, block_path, will_compile=cfg.compile_mode != "none")
-    return apply_compile(
-        model, cfg.compile_mode, block_path, scope=cfg.compile_scope, dynamic=compile_dynamic(cfg.batching)
-    )
+    where = Where(block_path, _device_kind(model))
+    for name in registry.MODEL_STAGE:
+        model = registry.resolve(registry.knob(name).apply)(model, cfg, where)
+    return model
 
 
 def prepare_for_training(model: nn.Module) -> nn.Module:

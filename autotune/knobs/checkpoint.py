@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
+from autotune.config import TrainConfig
 from autotune.model.introspect import check_block_indices, find_blocks
 
 _CHECKPOINT_MARK = "__autotune_checkpointed__"
@@ -80,3 +81,10 @@ def _sdpa_flags_set(flags: tuple[bool, ...]) -> Iterator[None]:
 
 def is_checkpointed(block: nn.Module) -> bool:
     return getattr(block.__dict__.get("forward"), _CHECKPOINT_MARK, False)
+
+
+def apply_checkpoint_knob(model: nn.Module, cfg: TrainConfig, where: Any) -> nn.Module:
+    """The registry's hook for `checkpoint_layers`: after the loss, before compile."""
+    return apply_activation_checkpointing(
+        model, cfg.checkpoint_layers, where.block_path, will_compile=cfg.compile_mode != "none"
+    )

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from autotune.config import TrainConfig
 from autotune.knobs.support import check_head_found
 from autotune.model.introspect import find_blocks
 
@@ -126,3 +127,11 @@ def is_compiled(module: nn.Module) -> bool:
 
 def head_is_compiled(model: nn.Module) -> bool:
     return getattr(model.__dict__.get("head_loss"), _HEAD_MARK, False)
+
+
+def apply_compile_knob(model: nn.Module, cfg: TrainConfig, where: Any) -> nn.Module:
+    """The registry's hook for `compile_mode` and `compile_scope`: last, over what checkpointing
+    made (dynamic shapes for padded batches)."""
+    return apply_compile(
+        model, cfg.compile_mode, where.block_path, scope=cfg.compile_scope, dynamic=compile_dynamic(cfg.batching)
+    )

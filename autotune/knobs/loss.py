@@ -3,8 +3,11 @@ seam before compile traces it (see autotune/model/loss.py for both implementatio
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn as nn
 
+from autotune.config import TrainConfig
 from autotune.model.loss import chunked, standard_linear_cross_entropy
 
 
@@ -19,3 +22,8 @@ def apply_loss_impl(model: nn.Module, impl: str, token_budget: int) -> nn.Module
         standard_linear_cross_entropy if impl == "standard" else chunked(max_tokens=token_budget)
     )
     return model
+
+
+def apply_loss_knob(model: nn.Module, cfg: TrainConfig, where: Any) -> nn.Module:
+    """The registry's hook for `loss_impl`: before checkpointing and compile, which must see it."""
+    return apply_loss_impl(model, cfg.loss_impl, cfg.token_budget)

@@ -4,10 +4,10 @@ runs. Torch-free: the study side reads the device rules without importing torch.
 from __future__ import annotations
 
 import importlib.util
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
+from autotune import registry
 from autotune.config import TrainConfig
 from autotune.errors import UnsupportedConfig
 
@@ -56,96 +56,32 @@ def _read_cpuinfo() -> str | None:
 
 def check_supported(cfg: TrainConfig, caps: DeviceCapabilities) -> None:
     """Reject, before anything runs, what this device cannot run; the reason names the knob.
-    Rules that can only be known by trying (a kernel for an exotic shape) surface at run time,
-    classified by `autotune.measure.outcomes`."""
-    if caps.kind == "cpu":
-        _check_cpu(cfg)
-    else:
-        _check_cuda(cfg, caps)
-
-
-def _check_cpu(cfg: TrainConfig) -> None:
-    if cfg.pin_memory:
-        raise UnsupportedConfig("pin_memory", "pinned memory only speeds host-to-GPU copies; there is no GPU")
-    if cfg.amp_dtype == "tf32":
-        raise UnsupportedConfig("amp_dtype", "tf32 is a CUDA tensor-core format; CPUs have none")
-    if cfg.sdpa_backend in ("efficient", "cudnn"):
-        raise UnsupportedConfig(
-            "sdpa_backend", f"{cfg.sdpa_backend} attention is a CUDA kernel; on CPU use math or flash"
-        )
-    if cfg.compile_mode == "reduce-overhead":
-        raise UnsupportedConfig("compile_mode", "reduce-overhead means CUDA graphs, which need a CUDA device")
-    if cfg.attention_mask == "document":
-        raise UnsupportedConfig(
-            "attention_mask",
-            "document masks run on FlexAttention, which has no backward on CPU in torch 2.13 "
-            "(and torch's variable-length attention is CUDA-only): they train on CUDA",
-        )
-    if cfg.expandable_segments:
-        raise UnsupportedConfig(
-            "expandable_segments", "a setting of the CUDA caching allocator; CPU tensors do not use it"
-        )
-
-
-def _check_cuda(cfg: TrainConfig, caps: DeviceCapabilities) -> None:
-    major = caps.compute_capability[0] if caps.compute_capability else 0
-    if cfg.amp_dtype in ("bfloat16", "tf32") and major < 8:
-        raise UnsupportedConfig("amp_dtype", f"{cfg.amp_dtype} needs compute capability 8.0 or newer (Ampere)")
-    if cfg.sdpa_backend in ("flash", "cudnn"):
-        if cfg.amp_dtype not in ("float16", "bfloat16"):
-            raise UnsupportedConfig(
-                "sdpa_backend", f"{cfg.sdpa_backend} attention needs float16 or bfloat16, not {cfg.amp_dtype}"
-            )
-        if major < 8:
-            raise UnsupportedConfig(
-                "sdpa_backend", f"{cfg.sdpa_backend} attention needs compute capability 8.0 or newer"
-            )
-    if cfg.compile_mode != "none" and not caps.has_triton:
-        raise UnsupportedConfig("compile_mode", "torch.compile on CUDA needs triton, which is not installed")
-    if cfg.attention_mask == "document" and not caps.has_triton:
-        raise UnsupportedConfig(
-            "attention_mask", "document masks run on FlexAttention, compiled with triton, which is not installed"
-        )
+    Each knob's rule is its registry entry's `device_rule`. Rules that can only be known by
+    trying (a kernel for an exotic shape) surface at run time, classified by
+    `autotune.measure.outcomes`."""
+    values = cfg.to_dict()
+    for knob in registry.knobs_of(registry.TRAIN):
+        if knob.device_rule is not None and (why := knob.device_rule(values, caps)) is not None:
+            raise UnsupportedConfig(knob.name, why)
 
 
 # ------------------------------------------------------------------ what a model can run
-# Duck-typed on the model object (no torch import): autotune's GPT has every seam below; a
-# user's model has them only if it is written to. Checked before any knob is applied, so a
-# configuration the model cannot take fails whole, as `unsupported`, before anything runs.
+# Duck-typed on the model object (no torch import): autotune's GPT has every seam the rules look
+# for; a user's model has them only if it is written to. Checked before any knob is applied, so
+# a configuration the model cannot take fails whole, as `unsupported`, before anything runs.
 
 
 def check_model_supported(model: Any, cfg: TrainConfig) -> None:
     """Reject the knobs that need a seam `model` lacks; the reason names the seam."""
-    if cfg.compile_mode != "none" and cfg.compile_scope == "blocks+head":
-        check_head_found(model)
-    if cfg.loss_impl == "chunked" and not callable(getattr(model, "linear_cross_entropy", None)):
-        raise UnsupportedConfig(
-            "loss_impl",
-            f"chunked needs the model to compute its loss through a linear_cross_entropy(hidden, weight, "
-            f"labels) attribute that autotune can replace (autotune's GPT does); {type(model).__name__} "
-            "computes its loss itself",
-        )
-    if cfg.attention_mask == "document" and not takes_document_ids(model):
-        raise UnsupportedConfig(
-            "attention_mask",
-            f"document needs a model whose forward takes document_ids (autotune's GPT does); "
-            f"{type(model).__name__}.forward does not",
-        )
+    values = cfg.to_dict()
+    for knob in registry.knobs_of(registry.TRAIN):
+        if knob.model_rule is not None and (why := knob.model_rule(model, values)) is not None:
+            raise UnsupportedConfig(knob.name, why)
 
 
 def check_head_found(model: Any) -> None:
-    if not callable(getattr(model, "head_loss", None)):
-        raise UnsupportedConfig(
-            "compile_scope",
-            f"blocks+head cannot find the head of {type(model).__name__}: it compiles a head_loss(hidden, "
-            "labels) method (final norm, output projection and loss; autotune's GPT has one); "
-            "use compile_scope=blocks or model",
-        )
+    if not registry.has_head(model):
+        raise UnsupportedConfig("compile_scope", registry.head_missing(model))
 
 
-def takes_document_ids(model: Any) -> bool:
-    try:
-        parameters = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError, AttributeError):
-        return False
-    return "document_ids" in parameters
+takes_document_ids = registry.takes_document_ids

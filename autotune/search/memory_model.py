@@ -38,6 +38,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import registry
 from autotune.measure import outcomes
 from autotune.units import format_bytes
 
@@ -50,7 +51,7 @@ CLEAR_MARGIN = 0.10  # see the module docstring: the largest over-prediction of 
 # workers and pinned host buffers do not touch, so configurations that differ only in these knobs
 # share a family there. On a CPU the limit is the process tree's resident memory, workers
 # included: there they define the family like any other knob.
-HOST_ONLY_KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
+HOST_ONLY_KNOBS = tuple(k.name for k in registry.knobs_of(registry.TRAIN) if k.host_only)
 
 
 @dataclass(frozen=True)

@@ -44,11 +44,9 @@ from typing import Any, Mapping
 
 import yaml
 
+from autotune import registry
 from autotune.config import (
     KNOBS,
-    MAX_NUM_WORKERS,
-    MAX_PREFETCH_FACTOR,
-    MAX_TOKEN_BUDGET,
     check_workers_here,
     knob_text,
     load_yaml,
@@ -69,26 +67,16 @@ from autotune.space.definition import (
 
 _TOP_KEYS = {"version", "description", "fixed", "dimensions", "rules"}
 _DIM_KEYS = {"choices", "low", "high", "log", "step", "when"}
-_CATEGORICAL = (
-    "amp_dtype",
-    "compile_mode",
-    "compile_scope",
-    "sdpa_backend",
-    "loss_impl",
-    "attention_mask",
-    "batching",
-    "pin_memory",
-    "persistent_workers",
-    "expandable_segments",
-)
+# Knobs searched by choices only (names and truth values), from the registry.
+_CATEGORICAL = tuple(k.name for k in registry.knobs_of(registry.TRAIN) if k.categorical)
 # A checkpoint count relative to the depth: n_layer, n_layer/K, M*n_layer/K.
 _DEPTH_COUNT = re.compile(r"^\s*(?:(\d+)\s*\*\s*)?n_layer\s*(?:/\s*(\d+)\s*)?$")
 # The integer knobs, with the range each may take: what a low/high range and a comparison may name.
+# The integer knobs, with the range each may take: what a low/high range and a comparison may
+# name (from the registry), and the checkpoint dimension's block count.
 _INTEGER_RANGES = {
-    "num_workers": (0, MAX_NUM_WORKERS),
-    "prefetch_factor": (1, MAX_PREFETCH_FACTOR),
-    "token_budget": (1, MAX_TOKEN_BUDGET),
-    "checkpoint_count": (0, 100_000),
+    **{k.name: (k.low, k.high) for k in registry.knobs_of(registry.TRAIN) if k.integer},
+    "checkpoint_count": (0, registry.MAX_BLOCK_INDEX),
 }
 MAX_CHOICES = 1000  # per dimension: a sampler cannot learn more
 
@@ -205,8 +193,9 @@ class _Parser:
         return space
 
     def check_knob(self, key: str, knob: Any) -> None:
-        if not isinstance(knob, str) or knob not in KNOBS or knob == "checkpoint_layers":
-            valid = [k for k in KNOBS if k != "checkpoint_layers"] + ["checkpoint"]
+        blocks = [k.name for k in registry.knobs_of(registry.TRAIN) if k.kind is registry.Kind.BLOCKS]
+        if not isinstance(knob, str) or knob not in KNOBS or knob in blocks:
+            valid = [k for k in KNOBS if k not in blocks] + ["checkpoint"]
             raise self.error(key, f"unknown knob; valid: {', '.join(valid)}")
 
     def check_value(self, key: str, knob: str, value: Any) -> None:
@@ -440,5 +429,6 @@ def _expected(knob: str, typed: Any) -> str:
     if isinstance(typed, bool):
         return "true or false"
     if knob in _INTEGER_RANGES:
-        return "an integer" + (" or none" if knob == "prefetch_factor" else "")
+        optional = registry.knob(knob).kind is registry.Kind.OPTIONAL_INTEGER
+        return "an integer" + (" or none" if optional else "")
     return "one of its names, as text"

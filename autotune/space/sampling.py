@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from autotune import registry
 from autotune.config import TrainConfig, knob_text
 from autotune.space.definition import Dimension, SearchSpace, checkpoint_layers, matches
 
@@ -47,11 +48,12 @@ def _high(space: SearchSpace, dim: Dimension) -> int | None:
 
 
 def to_config(values: Mapping[str, Any]) -> TrainConfig:
-    """Knob values -> a TrainConfig; worker-only knobs are dropped when there are no workers."""
+    """Knob values -> a TrainConfig; a knob the others make meaningless (`Knob.inactive`: worker-only
+    knobs without workers) takes its default."""
     values = dict(values)
-    if values.get("num_workers", 0) == 0:
-        values.pop("prefetch_factor", None)
-        values.pop("persistent_workers", None)
+    for knob in registry.knobs_of(registry.TRAIN):
+        if knob.inactive is not None and knob.inactive(values):
+            values.pop(knob.name, None)  # meaningless with the others (prefetch without workers): its default
     return TrainConfig.from_dict(values)
 
 

@@ -1,0 +1,723 @@
+"""Every knob autotune tunes, declared once.
+
+A knob is one `Knob` entry in `KNOBS` below: its name, type, values or range, default and help
+line; its rules (with the other knobs, on a device, on a model); where it takes effect; what
+role it plays in a search; what an expert prefers per device class; and how it maps to the
+training libraries users run (Hugging Face `TrainingArguments`, Lightning). Everything else is
+derived from it:
+
+    TrainConfig (autotune.config)      its fields, defaults, validation and `--set` parsing
+    search spaces (autotune.space)     which knobs are categorical, integer ranges and bounds
+    device and model support           `knobs.support.check_supported`, `check_model_supported`
+    applying a configuration           `knobs.apply.apply_model_knobs` runs each knob's `apply`
+                                       hook, in the order of `MODEL_STAGE`
+    the search's reasoning             `role`, `host_only`, `changes_graph`, `prefer`
+    exports                            `integrations.hf`, `integrations.lightning`
+    the README's knob table            `markdown_table()` (tests/test_registry.py checks it)
+
+Adding a knob is one entry in `KNOBS` plus its apply function (the `module:function` its `apply`
+field names, called as `function(model, cfg, where)` in the model stage, at its `apply_order`);
+tests/test_registry.py adds a toy knob that way and sees it in `bench --set`, a space file, a
+recipe, `export` and the docs table.
+
+Torch-free and import-light: the tuner and every study reader import it. Knobs of other tasks
+(`task`: generation) and of launchers (multi-GPU training) are declared here as well, each
+task's configuration taking the knobs of its own task."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+# Bounds on what any file or option may ask for, whatever the machine: beyond them a value is a
+# typo or an attack (a recipe asking for 10,000 worker processes or a 10^12-token batch), never
+# a configuration. What this machine can run is narrower: see `config.check_runnable_here`.
+MAX_NUM_WORKERS = 1024
+MAX_PREFETCH_FACTOR = 1024
+MAX_TOKEN_BUDGET = 1 << 30  # a billion tokens in one step: far beyond any one device
+MAX_BLOCK_INDEX = 100_000
+
+TRAIN = "train"
+TASKS = (TRAIN,)
+
+
+class Kind(str, enum.Enum):
+    """How a knob's value is typed, parsed and searched."""
+
+    INTEGER = "integer"
+    OPTIONAL_INTEGER = "optional integer"  # an integer, or None (null / none)
+    BOOLEAN = "boolean"
+    CHOICE = "choice"  # one of `choices`, by name
+    BLOCKS = "blocks"  # transformer block indices (checkpointing)
+
+
+class Role(str, enum.Enum):
+    """What a knob does to a training step, as the search reasons about it."""
+
+    # DataLoader settings: they matter only when the loop waits for data (a measurement's
+    # data_wait_fraction says so), touch host memory only, and change no compiled graph.
+    LOADER = "loader"
+    # Positions per micro-batch: memory grows about linearly with it, throughput saturates.
+    BUDGET = "budget"
+    # Recomputation of chosen blocks: a third more compute in each, for their activation memory.
+    CHECKPOINT = "checkpoint"
+    # Everything else: which kernels, precision and graphs a step runs.
+    KERNELS = "kernels"
+
+
+class Stage(str, enum.Enum):
+    """Where a knob takes effect in a run (the order a run sets things up in)."""
+
+    PROCESS = "process"  # the trial process's environment, before CUDA starts
+    LOADER = "loader"  # the DataLoader and its batches
+    MODEL = "model"  # the model, in the order of MODEL_STAGE
+    STEP = "step"  # the context each training step runs in (precision, SDPA backend)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob. Rules return None when they hold, else the reason in one line."""
+
+    name: str
+    kind: Kind
+    default: Any
+    about: str  # one line: what it does (docs, `--set` errors)
+    stage: Stage
+    applied: str  # where it takes effect, as module:function (the docs' "applied in"; the hook)
+    choices: tuple[Any, ...] = ()  # CHOICE: the names a user writes
+    low: int = 0  # INTEGER, OPTIONAL_INTEGER, BLOCKS: the least value
+    high: int | None = None  # and the most (None: no bound)
+    role: Role = Role.KERNELS
+    task: str = TRAIN
+    # With the other knobs: why this value cannot go with them (TrainConfig refuses it).
+    requires: Callable[[Mapping[str, Any]], str | None] | None = None
+    # A knob the others make meaningless is reset to its default by `--set` and sampling
+    # (prefetch without workers) instead of refused, unless it was set explicitly.
+    inactive: Callable[[Mapping[str, Any]], bool] | None = None
+    # On a device: (knobs, capabilities) -> why it cannot run there (`knobs.support`).
+    device_rule: Callable[[Mapping[str, Any], Any], str | None] | None = None
+    # On a model object (duck-typed, no torch): (model, knobs) -> why that model cannot take it.
+    model_rule: Callable[[Any, Mapping[str, Any]], str | None] | None = None
+    # The model stage calls it: `function(model, cfg, where) -> model`, knobs in the order of
+    # their `apply_order` (MODEL_STAGE); where is a `knobs.apply.Where` (block path, device kind).
+    apply: str | None = None
+    apply_order: int = 50
+    host_only: bool = False  # moves host memory only: on a GPU it cannot change the device's peak
+    changes_graph: bool = True  # changes what torch.compile traces (a cached compile is not reused)
+    # What an expert tries first, per device class ("cuda", "cpu"), most wanted first.
+    prefer: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    # TrainingArguments fields for a value: (value, view) -> {field: value}; view is an
+    # `integrations.hf.View` (the recipe, the installed field names, model_applied).
+    hf: Callable[[Any, Any], dict[str, Any]] | None = None
+    # What TrainingArguments cannot express of this value, one sentence (None: nothing).
+    hf_note: Callable[[Any, Any], str | None] | None = None
+    # Lightning Trainer keyword arguments, and the note, the same way (`integrations.lightning`).
+    lightning: Callable[[Any, Any], dict[str, Any]] | None = None
+    lightning_note: Callable[[Any, Any], str | None] | None = None
+    # DataLoader keyword arguments (plain PyTorch and Lightning): (value, view) -> {kwarg: value}.
+    loader: Callable[[Any, Any], dict[str, Any]] | None = None
+
+    @property
+    def values_help(self) -> str:
+        """What the knob takes, as an error message says it."""
+        if self.kind is Kind.CHOICE:
+            return " | ".join(self.choices)
+        if self.kind is Kind.BOOLEAN:
+            return "true or false"
+        if self.kind is Kind.BLOCKS:
+            return "comma-separated block indices, e.g. 0,1,2 (empty or none for no checkpointing)"
+        top = f" to {self.high}" if self.high is not None else " or more"
+        return f"an integer from {self.low}{top}" + (", or none" if self.kind is Kind.OPTIONAL_INTEGER else "")
+
+    @property
+    def categorical(self) -> bool:
+        """Searched by choices only (a name or a truth value), never by a low..high range."""
+        return self.kind in (Kind.CHOICE, Kind.BOOLEAN)
+
+    @property
+    def integer(self) -> bool:
+        return self.kind in (Kind.INTEGER, Kind.OPTIONAL_INTEGER)
+
+    def parse(self, text: str) -> Any:
+        """One `--set knob=value` string as the knob's typed value; ValueError when it is not."""
+        raw = text.strip()
+        if self.kind is Kind.BOOLEAN:
+            lowered = raw.lower()
+            if lowered in ("true", "1", "yes", "on"):
+                return True
+            if lowered in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if self.kind is Kind.CHOICE:
+            if raw not in self.choices:
+                raise ValueError(raw)
+            return raw
+        if self.kind is Kind.BLOCKS:
+            if raw.lower() in ("", "none"):
+                return ()
+            layers = tuple(_integer(part) for part in raw.split(","))
+            if any(not self.low <= layer <= (self.high or layer) for layer in layers):
+                raise ValueError(raw)
+            return layers
+        if self.kind is Kind.OPTIONAL_INTEGER and raw.lower() in ("none", "null", ""):
+            return None
+        value = _integer(raw.replace("_", ""))
+        if value < self.low or (self.high is not None and value > self.high):
+            raise ValueError(raw)
+        return value
+
+    def text(self, value: Any) -> str:
+        """A value as `--set` spells it: true/false, 0,1,2, none."""
+        return value_text(value)
+
+    def check(self, value: Any) -> str | None:
+        """Why `value` is not a value of this knob (its type, its choices, its range), else None."""
+        if self.kind is Kind.BOOLEAN:
+            return None if isinstance(value, bool) else f"{self.name} must be true or false, got {_short(value)}"
+        if self.kind is Kind.CHOICE:
+            if isinstance(value, str) and value in self.choices:
+                return None
+            return f"{self.name} must be one of {', '.join(self.choices)}; got {_short(value)}"
+        if self.kind is Kind.BLOCKS:
+            if not isinstance(value, (tuple, list)):
+                return f"{self.name} must be a list of block indices, got {_short(value)}"
+            for index in value:
+                if (problem := _integer_problem(self.name, index, self.low, self.high)) is not None:
+                    return problem
+            if len(set(value)) != len(value):
+                return f"{self.name} has repeated block indices: {list(value)}"
+            return None
+        if value is None and self.kind is Kind.OPTIONAL_INTEGER:
+            return None
+        return _integer_problem(self.name, value, self.low, self.high)
+
+
+def value_text(value: Any) -> str:
+    """A knob value as `--set` and `Knob.parse` spell it: true/false, 0,1,2, none."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return "none" if value is None else str(value)
+
+
+def _integer(text: str) -> int:
+    if len(text) > 40:  # int() of a 5000-digit string raises Python's digit limit, not ValueError
+        raise ValueError(text[:40])
+    return int(text)
+
+
+def _integer_problem(name: str, value: Any, low: int, high: int | None) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        return f"{name} must be an integer >= {low}, got {_short(value)}"
+    if high is not None and value > high:
+        return f"{name} must be an integer <= {high}, got {_short(value)}"
+    return None
+
+
+def _short(value: Any) -> str:
+    """A value fit for a one-line error: short, and never Python's digit-limit error for a huge int."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --- rules shared by several knobs ----------------------------------------------------------
+
+SDPA_KERNELS = {  # the torch.nn.attention.SDPBackend member each forced backend names
+    "math": "MATH",
+    "efficient": "EFFICIENT_ATTENTION",
+    "flash": "FLASH_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+}
+
+
+def _major(caps: Any) -> int:
+    return caps.compute_capability[0] if caps.compute_capability else 0
+
+
+def _needs_workers(name: str) -> Callable[[Mapping[str, Any]], str | None]:
+    def rule(k: Mapping[str, Any]) -> str | None:
+        if k[name] not in (None, False) and k["num_workers"] == 0:
+            if name == "prefetch_factor":
+                return "prefetch_factor needs num_workers > 0 (the main process does not prefetch)"
+            return f"{name} needs num_workers > 0"
+        return None
+
+    return rule
+
+
+def _without_workers(k: Mapping[str, Any]) -> bool:
+    return k.get("num_workers", 0) == 0
+
+
+def _dtype_rule(k: Mapping[str, Any], caps: Any) -> str | None:
+    dtype = k["amp_dtype"]
+    if caps.kind == "cpu":
+        return "tf32 is a CUDA tensor-core format; CPUs have none" if dtype == "tf32" else None
+    if dtype in ("bfloat16", "tf32") and _major(caps) < 8:
+        return f"{dtype} needs compute capability 8.0 or newer (Ampere)"
+    return None
+
+
+def _sdpa_rule(k: Mapping[str, Any], caps: Any) -> str | None:
+    backend = k["sdpa_backend"]
+    if caps.kind == "cpu":
+        if backend in ("efficient", "cudnn"):
+            return f"{backend} attention is a CUDA kernel; on CPU use math or flash"
+        return None
+    if backend in ("flash", "cudnn"):
+        if k["amp_dtype"] not in ("float16", "bfloat16"):
+            return f"{backend} attention needs float16 or bfloat16, not {k['amp_dtype']}"
+        if _major(caps) < 8:
+            return f"{backend} attention needs compute capability 8.0 or newer"
+    return None
+
+
+def _compile_rule(k: Mapping[str, Any], caps: Any) -> str | None:
+    mode = k["compile_mode"]
+    if caps.kind == "cpu":
+        return "reduce-overhead means CUDA graphs, which need a CUDA device" if mode == "reduce-overhead" else None
+    if mode != "none" and not caps.has_triton:
+        return "torch.compile on CUDA needs triton, which is not installed"
+    return None
+
+
+def _compile_scope_requires(k: Mapping[str, Any]) -> str | None:
+    if k["compile_scope"] != "blocks" and k["compile_mode"] == "none":
+        return f"compile_scope={k['compile_scope']} needs a compile_mode other than none (nothing is compiled)"
+    return None
+
+
+def _document_requires(k: Mapping[str, Any]) -> str | None:
+    if k["attention_mask"] != "document":
+        return None
+    if k["batching"] != "packed":
+        # A padded or fixed row holds one document (or a piece of one) followed by pads:
+        # causal attention already never crosses a document there.
+        return (
+            f"attention_mask=document needs batching=packed: a {k['batching']} row holds one "
+            "document, so causal attention already stops at its boundary"
+        )
+    if k["sdpa_backend"] != "auto":
+        return (
+            "attention_mask=document runs FlexAttention, not scaled_dot_product_attention: "
+            f"sdpa_backend={k['sdpa_backend']} would not take effect; leave it at auto"
+        )
+    return None
+
+
+def _document_rule(k: Mapping[str, Any], caps: Any) -> str | None:
+    if k["attention_mask"] != "document":
+        return None
+    if caps.kind == "cpu":
+        return (
+            "document masks run on FlexAttention, which has no backward on CPU in torch 2.13 "
+            "(and torch's variable-length attention is CUDA-only): they train on CUDA"
+        )
+    if not caps.has_triton:
+        return "document masks run on FlexAttention, compiled with triton, which is not installed"
+    return None
+
+
+def _pin_rule(k: Mapping[str, Any], caps: Any) -> str | None:
+    if k["pin_memory"] and caps.kind == "cpu":
+        return "pinned memory only speeds host-to-GPU copies; there is no GPU"
+    return None
+
+
+def _expandable_rule(k: Mapping[str, Any], caps: Any) -> str | None:
+    if k["expandable_segments"] and caps.kind == "cpu":
+        return "a setting of the CUDA caching allocator; CPU tensors do not use it"
+    return None
+
+
+# Model rules: duck-typed on the model object; autotune's GPT has every seam they look for.
+
+
+def _head_rule(model: Any, k: Mapping[str, Any]) -> str | None:
+    if k["compile_mode"] != "none" and k["compile_scope"] == "blocks+head" and not has_head(model):
+        return head_missing(model)
+    return None
+
+
+def has_head(model: Any) -> bool:
+    return callable(getattr(model, "head_loss", None))
+
+
+def head_missing(model: Any) -> str:
+    return (
+        f"blocks+head cannot find the head of {type(model).__name__}: it compiles a head_loss(hidden, "
+        "labels) method (final norm, output projection and loss; autotune's GPT has one); "
+        "use compile_scope=blocks or model"
+    )
+
+
+def _loss_rule(model: Any, k: Mapping[str, Any]) -> str | None:
+    if k["loss_impl"] == "chunked" and not callable(getattr(model, "linear_cross_entropy", None)):
+        return (
+            f"chunked needs the model to compute its loss through a linear_cross_entropy(hidden, weight, "
+            f"labels) attribute that autotune can replace (autotune's GPT does); {type(model).__name__} "
+            "computes its loss itself"
+        )
+    return None
+
+
+def _document_model_rule(model: Any, k: Mapping[str, Any]) -> str | None:
+    if k["attention_mask"] == "document" and not takes_document_ids(model):
+        return (
+            f"document needs a model whose forward takes document_ids (autotune's GPT does); "
+            f"{type(model).__name__}.forward does not"
+        )
+    return None
+
+
+def takes_document_ids(model: Any) -> bool:
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return "document_ids" in parameters
+
+
+# --- exports: Hugging Face TrainingArguments and Lightning, per knob ------------------------
+# `view` is what the integration knows besides the value: `view.cfg` (the whole TrainConfig),
+# `view.names` (the installed transformers' field names), `view.model_applied` (the user calls
+# recipe.apply_to_model, so Trainer must not checkpoint or compile again) and `view.recipe`.
+
+
+def _hf_checkpoint(layers: Any, view: Any) -> dict[str, Any]:
+    if view.model_applied or not layers:
+        return {}
+    return {view.names.checkpointing: True, view.names.checkpointing_kwargs: {"use_reentrant": False}}
+
+
+def _hf_compile(mode: str, view: Any) -> dict[str, Any]:
+    if view.model_applied or mode == "none":
+        return {}
+    return {"torch_compile": True, "torch_compile_mode": mode}
+
+
+def _hf_batching(batching: str, view: Any) -> dict[str, Any]:
+    if batching != "padded":
+        return {}
+    name, value = view.names.group_by_length
+    return {name: value}
+
+
+def _hf_batching_note(batching: str, view: Any) -> str | None:
+    if batching == "padded":
+        return (
+            f"The recipe batches by token budget ({view.cfg.token_budget} tokens a step, padding included); "
+            "grouping by length at a fixed batch size is the closest TrainingArguments comes."
+        )
+    if batching == "packed":
+        return "The recipe packs documents into full windows (no padding): pack the dataset before training."
+    return None
+
+
+def _sdpa_note(backend: str, view: Any) -> str | None:
+    if backend == "auto":
+        return None
+    return (
+        f"The recipe forces the {backend} SDPA backend, which no argument sets: wrap training in "
+        "torch.nn.attention.sdpa_kernel (see below)."
+    )
+
+
+_LIGHTNING_PRECISION = {"bfloat16": "bf16-mixed", "float16": "16-mixed", "float32": "32-true", "tf32": "32-true"}
+_LIGHTNING_1_PRECISION = {"bfloat16": "bf16", "float16": 16, "float32": 32, "tf32": 32}
+
+
+def _lightning_precision(dtype: str, view: Any) -> dict[str, Any]:
+    table = _LIGHTNING_1_PRECISION if view.major_version == 1 else _LIGHTNING_PRECISION
+    return {"precision": table[dtype]}
+
+
+def _explained_elsewhere(value: Any, view: Any) -> str | None:
+    """For knobs whose note the integration writes itself, with the others' (checkpoint and
+    compile together; the recipe's batches; its environment)."""
+    return None
+
+
+def _loss_note(impl: str, view: Any) -> str | None:
+    if impl != "chunked":
+        return None
+    return (
+        "The recipe computes the head and the loss over chunks of tokens (loss_impl=chunked, the full logits "
+        "never held): recipe.apply_to_model(model) sets it on a model with a linear_cross_entropy seam "
+        "(autotune's GPT); a model that computes its own loss keeps its standard one."
+    )
+
+
+# --- the knobs ---------------------------------------------------------------------------------
+
+KNOBS: tuple[Knob, ...] = (
+    Knob(
+        "num_workers",
+        Kind.INTEGER,
+        0,
+        "DataLoader worker processes",
+        Stage.LOADER,
+        "autotune.data.batching:build_dataloader",
+        low=0,
+        high=MAX_NUM_WORKERS,
+        role=Role.LOADER,
+        host_only=True,
+        changes_graph=False,
+        prefer={"cuda": (4, 8, 2, 0), "cpu": (0, 1, 2)},
+        hf=lambda v, view: {"dataloader_num_workers": v},
+        loader=lambda v, view: {"num_workers": v},
+    ),
+    Knob(
+        "prefetch_factor",
+        Kind.OPTIONAL_INTEGER,
+        None,
+        "batches each DataLoader worker loads ahead",
+        Stage.LOADER,
+        "autotune.data.batching:build_dataloader",
+        low=1,
+        high=MAX_PREFETCH_FACTOR,
+        role=Role.LOADER,
+        requires=_needs_workers("prefetch_factor"),
+        inactive=_without_workers,
+        host_only=True,
+        changes_graph=False,
+        prefer={"cuda": (4, 2, 8)},
+        # refused by TrainingArguments without workers
+        hf=lambda v, view: {"dataloader_prefetch_factor": v} if v is not None and view.cfg.num_workers else {},
+        loader=lambda v, view: {"prefetch_factor": v if view.cfg.num_workers > 0 else None},
+    ),
+    Knob(
+        "pin_memory",
+        Kind.BOOLEAN,
+        False,
+        "page-locked host batches; copies to the GPU are non_blocking",
+        Stage.LOADER,
+        "autotune.data.batching:build_dataloader",
+        role=Role.LOADER,
+        device_rule=_pin_rule,
+        host_only=True,
+        changes_graph=False,
+        prefer={"cuda": (True, False), "cpu": (False,)},
+        hf=lambda v, view: {"dataloader_pin_memory": v},  # TrainingArguments' default is True: always say it
+        loader=lambda v, view: {"pin_memory": v},
+    ),
+    Knob(
+        "persistent_workers",
+        Kind.BOOLEAN,
+        False,
+        "DataLoader workers kept alive across epochs",
+        Stage.LOADER,
+        "autotune.data.batching:build_dataloader",
+        role=Role.LOADER,
+        requires=_needs_workers("persistent_workers"),
+        inactive=_without_workers,
+        host_only=True,
+        changes_graph=False,
+        prefer={"cuda": (True, False)},
+        hf=lambda v, view: {"dataloader_persistent_workers": v},
+        loader=lambda v, view: {"persistent_workers": v},
+    ),
+    Knob(
+        "token_budget",
+        Kind.INTEGER,
+        8192,
+        "positions per micro-batch, padding included (per optimizer step too, unless --global-batch-tokens "
+        "fixes a global batch)",
+        Stage.LOADER,
+        "autotune.data.batching:build_dataloader",
+        low=1,
+        high=MAX_TOKEN_BUDGET,
+        role=Role.BUDGET,
+        # the micro-batch's sequences (Trainer steps the optimizer every gradient_accumulation_steps)
+        hf=lambda v, view: {"per_device_train_batch_size": view.sequences_per_step},
+        loader=lambda v, view: {"batch_size": view.sequences_per_step},
+    ),
+    Knob(
+        "batching",
+        Kind.CHOICE,
+        "padded",
+        "padded: length-grouped token-budget batches; packed: contiguous windows; fixed: the baseline's "
+        "full-length rows",
+        Stage.LOADER,
+        "autotune.data.batching:build_dataloader",
+        choices=("fixed", "padded", "packed"),
+        prefer={"cuda": ("packed", "padded"), "cpu": ("packed", "padded")},
+        hf=_hf_batching,
+        hf_note=_hf_batching_note,
+        lightning_note=_explained_elsewhere,  # recipe.dataloader gives its batches (lightning.notes)
+    ),
+    Knob(
+        "amp_dtype",
+        Kind.CHOICE,
+        "float32",
+        "float32, tf32 (TF32 matmuls for the whole step), float16 (with a GradScaler) or bfloat16 autocast",
+        Stage.STEP,
+        "autotune.knobs.precision:precision",
+        choices=("float32", "tf32", "float16", "bfloat16"),
+        device_rule=_dtype_rule,
+        # bf16 autocast is what every modern recipe trains in (nanoGPT, modded-nanogpt, llm.c); fp16
+        # (with a GradScaler) before Ampere. On a CPU without bf16 units bf16 is emulated: float32.
+        prefer={"cuda": ("bfloat16", "float16", "tf32", "float32"), "cpu": ("float32", "bfloat16")},
+        hf=lambda v, view: {"bf16": v == "bfloat16", "fp16": v == "float16", **({"tf32": True} if v == "tf32" else {})},
+        lightning=_lightning_precision,
+        lightning_note=lambda v, view: (
+            'tf32: float32 weights, TF32 tensor-core matmuls: torch.set_float32_matmul_precision("high").'
+            if v == "tf32"
+            else None
+        ),
+    ),
+    Knob(
+        "compile_mode",
+        Kind.CHOICE,
+        "none",
+        "torch.compile's mode (none: eager)",
+        Stage.MODEL,
+        "autotune.knobs.compile:apply_compile_knob",
+        choices=("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+        device_rule=_compile_rule,
+        apply="autotune.knobs.compile:apply_compile_knob",
+        apply_order=90,  # last: it compiles what the others made
+        # default compiles in tens of seconds; max-autotune in minutes per trial
+        prefer={
+            "cuda": ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune", "none"),
+            "cpu": ("none", "default"),
+        },
+        hf=_hf_compile,
+        hf_note=_explained_elsewhere,
+        lightning_note=_explained_elsewhere,
+    ),
+    Knob(
+        "compile_scope",
+        Kind.CHOICE,
+        "blocks",
+        "what torch.compile covers: each block; each block and the head (norm, lm_head, loss); the whole model",
+        Stage.MODEL,
+        "autotune.knobs.compile:apply_compile_knob",
+        choices=("blocks", "blocks+head", "model"),
+        requires=_compile_scope_requires,
+        model_rule=_head_rule,
+        # The head and the loss hold 31 % of GPT-2 124M's matmul FLOPs; blocks+head keeps compile
+        # time flat in depth (one block graph), where a whole-model graph does not.
+        prefer={"cuda": ("blocks+head", "model", "blocks"), "cpu": ("blocks", "blocks+head", "model")},
+        hf_note=_explained_elsewhere,
+        lightning_note=_explained_elsewhere,
+    ),
+    Knob(
+        "sdpa_backend",
+        Kind.CHOICE,
+        "auto",
+        "the forced scaled_dot_product_attention kernel (auto: torch's choice)",
+        Stage.STEP,
+        "autotune.knobs.precision:sdpa_backend",
+        choices=("auto", "math", "efficient", "flash", "cudnn"),
+        device_rule=_sdpa_rule,
+        # FlashAttention-2 (Dao 2023); cuDNN as fast or faster on Hopper (PyTorch 2.5 release notes)
+        prefer={"cuda": ("flash", "cudnn", "efficient", "auto", "math"), "cpu": ("flash", "math")},
+        hf_note=_sdpa_note,
+        lightning_note=_sdpa_note,
+    ),
+    Knob(
+        "loss_impl",
+        Kind.CHOICE,
+        "standard",
+        "standard: logits then cross-entropy; chunked: head and loss over chunks, the full logits never held",
+        Stage.MODEL,
+        "autotune.knobs.loss:apply_loss_knob",
+        choices=("standard", "chunked"),
+        model_rule=_loss_rule,
+        apply="autotune.knobs.loss:apply_loss_knob",
+        apply_order=10,  # before compile traces the loss
+        prefer={"cuda": ("standard", "chunked"), "cpu": ("standard", "chunked")},
+        hf_note=_loss_note,
+        lightning_note=_loss_note,
+    ),
+    Knob(
+        "attention_mask",
+        Kind.CHOICE,
+        "causal",
+        "causal; document: packed windows whose attention stops at document boundaries (FlexAttention)",
+        Stage.MODEL,
+        "autotune.data.batching:DocumentCollate",
+        choices=("causal", "document"),
+        requires=_document_requires,
+        device_rule=_document_rule,
+        model_rule=_document_model_rule,
+        prefer={"cuda": ("causal", "document"), "cpu": ("causal",)},
+    ),
+    Knob(
+        "checkpoint_layers",
+        Kind.BLOCKS,
+        (),
+        "blocks whose activations are recomputed in backward (non-reentrant checkpointing)",
+        Stage.MODEL,
+        "autotune.knobs.checkpoint:apply_checkpoint_knob",
+        low=0,
+        high=MAX_BLOCK_INDEX,
+        role=Role.CHECKPOINT,
+        apply="autotune.knobs.checkpoint:apply_checkpoint_knob",
+        apply_order=20,  # before compile, so dynamo sees each checkpoint as one op
+        prefer={"cuda": ((),), "cpu": ((),)},  # experts checkpoint only to fit a larger budget
+        hf=_hf_checkpoint,
+        hf_note=_explained_elsewhere,
+        lightning_note=_explained_elsewhere,
+    ),
+    Knob(
+        "expandable_segments",
+        Kind.BOOLEAN,
+        False,
+        "the CUDA caching allocator's expandable_segments (PYTORCH_CUDA_ALLOC_CONF), set before CUDA starts",
+        Stage.PROCESS,
+        "autotune.knobs.allocator:allocator_env",
+        device_rule=_expandable_rule,
+        apply="autotune.knobs.allocator:apply_allocator_knob",
+        apply_order=0,  # before anything allocates
+        changes_graph=False,
+        prefer={"cuda": (False, True), "cpu": (False,)},
+        hf_note=lambda v, view: (
+            "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts." if v else None
+        ),
+    ),
+)
+
+BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
+# The model stage's order, for a reason (`knobs.apply` says why): the allocator before anything
+# allocates, the loss seam before anything compiles it, checkpointing before compile, compile last.
+MODEL_STAGE: tuple[str, ...] = tuple(k.name for k in sorted(KNOBS, key=lambda k: k.apply_order) if k.apply)
+
+
+def knob(name: str) -> Knob:
+    return BY_NAME[name]
+
+
+def knobs_of(task: str = TRAIN) -> tuple[Knob, ...]:
+    return tuple(k for k in KNOBS if k.task == task)
+
+
+def names(task: str = TRAIN) -> tuple[str, ...]:
+    return tuple(k.name for k in knobs_of(task))
+
+
+def resolve(target: str) -> Callable[..., Any]:
+    """The function a `module:function` string names (imported when first needed: torch-free
+    until a run applies a knob)."""
+    import importlib
+
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def markdown_table(task: str = TRAIN) -> str:
+    """The README's knob table, from the registry."""
+    rows = ["| knob | values | default | what it does | applied in |", "|---|---|---|---|---|"]
+    for k in knobs_of(task):
+        values = k.values_help.replace("|", "\\|")
+        rows.append(
+            f"| `{k.name}` | {values} | `{value_text(k.default) or 'none'}` | {k.about} | "
+            f"`{k.applied.replace(':', '.')}` |"
+        )
+    return "\n".join(rows)
