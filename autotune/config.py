@@ -196,6 +196,9 @@ class RunSpec:
     min_time_s: float = 2.0
     seed: int = 0
     memory_limit_bytes: int | None = None  # enforced through the allocator on CUDA
+    # A run is ok only if its worst-case peak is within the limit less this share of it (a
+    # study's --memory-headroom; 0 outside a study): the one feasibility rule, decided in the run.
+    memory_headroom: float = 0.0
     # Positions per optimizer step (padding included, as token_budget counts them), reached by
     # accumulating token_budget micro-batches (see `accumulation_steps`); None: one micro-batch
     # per optimizer step, the token budget itself.
@@ -217,6 +220,8 @@ class RunSpec:
             check_int("seq_len", self.seq_len, minimum=2)
         if self.global_batch_tokens is not None:
             check_int("global_batch_tokens", self.global_batch_tokens, minimum=1, maximum=MAX_GLOBAL_BATCH_TOKENS)
+        if not is_finite_number(self.memory_headroom) or not 0 <= self.memory_headroom < 1:
+            raise UsageError(f"memory_headroom must be a fraction from 0 to below 1, got {self.memory_headroom!r}")
 
     def accumulation_steps(self, cfg: TrainConfig) -> int:
         """Micro-batches per optimizer step for `cfg` in this run (see `accumulation_steps`)."""

@@ -351,7 +351,7 @@ def _compare_studies(bg: Background, request, tmp_path_factory) -> Callable[[], 
             to_storage=f"sqlite:///{tmp}/a.db",
             to_study_name="a",
         )
-        warm = [(t.number, t.user_attrs["config"]) for t in warm_start_candidates(load_ref(str(tmp / "a.db")), 5)]
+        warm = [(t.number, t.config) for t in warm_start_candidates(load_ref(str(tmp / "a.db")), 5)]
         args = ["--model", "gpt2-tiny", *FAST, "--space", str(COMPARE_SPACE), "--n-trials", "3", "--seed", "1"]
         args.append("--no-confirm")  # its best as run: `searched` has the confirmation's tests
         where = ["--storage", f"sqlite:///{tmp}/b.db", "--study", "b", "--recipe", str(tmp / "recipes" / "b.json")]

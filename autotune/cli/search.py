@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
-import threading
 
 import click
 
@@ -18,88 +16,6 @@ from autotune.cli._options import (
     memory_limit_option,
     run_options,
 )
-
-
-class _ProgressReporter:
-    """What `search` shows while it runs (state and text: `present.progress`). On a terminal,
-    a status line redrawn every second from the start (trial i of N, elapsed, estimate, best
-    so far) under one line per finished trial; without one (logs, CI), an opening line when the
-    first trial starts and one line per finished trial, each with the same figures. Nothing
-    when quiet (--json)."""
-
-    TICK_S = 1.0
-
-    def __init__(self, n_trials: int | None, quiet: bool, *, timeout_s: float | None = None, what: str = "") -> None:
-        from autotune.present.progress import SearchProgress
-
-        self.quiet = quiet
-        self.progress = SearchProgress(n_trials, timeout_s)
-        self.tty = not quiet and sys.stderr.isatty()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._shown = False
-        self._opening: str | None = None
-        if quiet:
-            return
-        self._opening = self.progress.opening_line(what)
-        if self.tty:  # drawn now, cleared by close(): a refused search leaves its one error line
-            self._draw()
-            threading.Thread(target=self._tick, name="autotune-progress", daemon=True).start()
-
-    def trial_started(self, number: int, cfg) -> None:
-        if self._opening is not None and not self.tty:
-            # In a log the opening line waits for the first trial: everything was validated by
-            # then (a refused search prints its one error line and nothing else).
-            self._print(self._opening)
-        self._opening = None
-        with self._lock:
-            self.progress.trial_started(number, cfg.to_dict())
-        self._draw()
-
-    def confirming(self, number: int) -> None:
-        with self._lock:
-            self.progress.confirming(number)
-        self._print(f"re-measuring #{number} in a fresh process (the recipe takes the best mean of the leaders' runs)")
-
-    def trial_finished(self, trial, summary) -> None:
-        with self._lock:
-            self.progress.trial_finished(trial, summary)
-            line = self.progress.finished_line(trial)
-        self._print(line)
-
-    def close(self) -> None:
-        self._stop.set()
-        with self._lock:
-            if self.tty and self._shown:
-                sys.stderr.write("\r\x1b[K")
-                sys.stderr.flush()
-                self._shown = False
-
-    # --- drawing ----------------------------------------------------------------------------
-
-    def _tick(self) -> None:
-        while not self._stop.wait(self.TICK_S):
-            self._draw()
-
-    def _draw(self) -> None:
-        if not self.tty or self._stop.is_set():
-            return
-        with self._lock:
-            width = shutil.get_terminal_size((120, 20)).columns - 1
-            sys.stderr.write("\r\x1b[K" + self.progress.status_line()[:width])
-            sys.stderr.flush()
-            self._shown = True
-
-    def _print(self, line: str) -> None:
-        """A permanent line: above the status line on a terminal."""
-        if self.quiet:
-            return
-        with self._lock:
-            if self.tty:
-                sys.stderr.write("\r\x1b[K")
-            sys.stderr.write(line + "\n")
-            sys.stderr.flush()
-        self._draw()
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -251,6 +167,7 @@ def search(
     the same command again adds trials to the same study. Ctrl-C, SIGTERM or SIGHUP stop it:
     the running trial is recorded, the best so far written; exit 130, 143 or 129.
     """
+    from autotune.present.progress import TerminalProgress
     from autotune.present.summaries import search_summary, summary_json
     from autotune.search.run import SearchInterrupted, SearchSettings, run_search
 
@@ -288,7 +205,7 @@ def search(
         confirm=confirm,
         worker=worker,
     )
-    reporter = _ProgressReporter(
+    reporter = TerminalProgress(
         n_trials, quiet=as_json or bool(devices), timeout_s=timeout, what=f"{model} on {device}"
     )
     try:

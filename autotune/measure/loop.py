@@ -269,7 +269,9 @@ class _Run:
         interval = intervals.rate_interval(
             tokens_per_sec, window.step_times, window.work_per_step, accumulation=self.accumulation
         )
-        outcome, reason = outcomes.decide_measured(peak, self.spec.memory_limit_bytes, final_loss=window.final_loss)
+        outcome, reason = outcomes.decide_measured(
+            peak, self.spec.memory_limit_bytes, final_loss=window.final_loss, headroom=self.spec.memory_headroom
+        )
 
         def mfu(width: float) -> float | None:
             return model_flops_utilization(

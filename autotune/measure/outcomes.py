@@ -29,15 +29,42 @@ import traceback
 from autotune.errors import UnsupportedConfig
 from autotune.units import format_bytes
 
-OK = "ok"
-OVER_MEMORY_LIMIT = "over_memory_limit"
-DIVERGED = "diverged"
-OOM = "oom"
-UNSUPPORTED = "unsupported"
-TIMEOUT = "timeout"
-CRASHED = "crashed"
-INTERRUPTED = "interrupted"
-PREDICTED_OVER_LIMIT = "predicted_over_limit"
+
+class Outcome(str, enum.Enum):
+    """How a run ended (the table above). A str: stored, compared and printed as its name, so
+    a study written before the enum reads the same."""
+
+    OK = "ok"
+    OVER_MEMORY_LIMIT = "over_memory_limit"
+    DIVERGED = "diverged"
+    OOM = "oom"
+    UNSUPPORTED = "unsupported"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    INTERRUPTED = "interrupted"
+    PREDICTED_OVER_LIMIT = "predicted_over_limit"
+
+    __str__ = str.__str__  # "ok", not "Outcome.OK", in messages and f-strings
+    __format__ = str.__format__
+
+    @classmethod
+    def read(cls, value: object) -> "Outcome | None":
+        """A stored outcome as the enum; None for none, or a name no autotune wrote."""
+        try:
+            return cls(value) if value is not None else None
+        except ValueError:
+            return None
+
+
+OK = Outcome.OK
+OVER_MEMORY_LIMIT = Outcome.OVER_MEMORY_LIMIT
+DIVERGED = Outcome.DIVERGED
+OOM = Outcome.OOM
+UNSUPPORTED = Outcome.UNSUPPORTED
+TIMEOUT = Outcome.TIMEOUT
+CRASHED = Outcome.CRASHED
+INTERRUPTED = Outcome.INTERRUPTED
+PREDICTED_OVER_LIMIT = Outcome.PREDICTED_OVER_LIMIT
 
 # Outcomes that measured a throughput the sampler can learn from.
 MEASURED = (OK, OVER_MEMORY_LIMIT)
@@ -108,16 +135,25 @@ def reusable(outcome: str) -> bool:
 
 
 def decide_measured(
-    peak_memory_bytes: int | None, memory_limit_bytes: int | None, *, final_loss: float | None = None
+    peak_memory_bytes: int | None,
+    memory_limit_bytes: int | None,
+    *,
+    final_loss: float | None = None,
+    headroom: float = 0.0,
 ) -> tuple[str, str | None]:
     """A run that finished is ok unless its loss is not finite at the end of the timed steps
-    (diverged: it does not train, whatever its speed) or its peak memory breaks the limit."""
+    (diverged: it does not train, whatever its speed) or its worst-case peak breaks the limit
+    less the headroom (what a feasible peak may be: ok and feasible are one rule)."""
     if final_loss is not None and not math.isfinite(final_loss):
         return DIVERGED, f"the training loss is {final_loss} after the timed steps: the run does not train"
-    if memory_limit_bytes is not None and peak_memory_bytes is not None and peak_memory_bytes > memory_limit_bytes:
-        return OVER_MEMORY_LIMIT, (
-            f"peak memory {format_bytes(peak_memory_bytes)} is above the limit {format_bytes(memory_limit_bytes)}"
-        )
+    if memory_limit_bytes is None or peak_memory_bytes is None:
+        return OK, None
+    allowed = feasible_peak_bytes(memory_limit_bytes, headroom)
+    if peak_memory_bytes > allowed:
+        limit = f"the limit {format_bytes(memory_limit_bytes)}"
+        if headroom:
+            limit += f" less {headroom:.0%} headroom ({format_bytes(allowed)})"
+        return OVER_MEMORY_LIMIT, f"peak memory {format_bytes(peak_memory_bytes)} is above {limit}"
     return OK, None
 
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import optuna
-from optuna.trial import FrozenTrial
 
 from autotune.config import KNOBS, normalize_config_dict
 from autotune.measure import outcomes
@@ -30,8 +29,9 @@ from autotune.present.text import (
     table,
     value_text,
 )
+from autotune.study.record import TrialRecord
 from autotune.study.storage import load_ref
-from autotune.study.summary import StudySummary, is_feasible_ok, summarize, tokens_per_sec, trial_measurement
+from autotune.study.summary import StudySummary, summarize
 from autotune.study.urls import redact
 
 # --- facts about one study ---------------------------------------------------------------------
@@ -57,11 +57,11 @@ class StudyView:
 
     @property
     def best_config(self) -> dict[str, Any] | None:
-        return self.summary.best.user_attrs.get("config") if self.summary.best else None
+        return self.summary.best.config if self.summary.best else None
 
     @property
     def best_measurement(self) -> Measurement | None:
-        return trial_measurement(self.summary.best) if self.summary.best else None
+        return self.summary.best.measurement if self.summary.best else None
 
     @property
     def torch_version(self) -> str | None:
@@ -71,7 +71,7 @@ class StudyView:
 
 def view_study(study: optuna.Study, ref: str, label: str | None = None) -> StudyView:
     summary = summarize(study)
-    return StudyView(label or study.study_name, redact(ref), study, summary, knob_importance(summary.trials))
+    return StudyView(label or study.study_name, redact(ref), study, summary, knob_importance(study))
 
 
 # --- the same configuration elsewhere ----------------------------------------------------------
@@ -116,14 +116,8 @@ class CrossResult:
         return head + f"nearest: #{self.trial}, differs in {', '.join(self.differs)}: {rate}"
 
 
-def _finished_with_config(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
-    return [
-        t
-        for t in trials
-        if t.user_attrs.get("config") is not None
-        and t.user_attrs.get("outcome")
-        and t.user_attrs.get("outcome") != outcomes.INTERRUPTED
-    ]
+def _finished_with_config(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
+    return [t for t in trials if t.config is not None and t.outcome and t.outcome is not outcomes.INTERRUPTED]
 
 
 def cross_apply(source: StudyView, target: StudyView) -> CrossResult | None:
@@ -134,30 +128,26 @@ def cross_apply(source: StudyView, target: StudyView) -> CrossResult | None:
     config = normalize_config_dict(source.best_config)
     result = CrossResult(source.label, target.label, source.summary.best.number, "none")
     candidates = _finished_with_config(target.summary.trials)
-    exact = [t for t in candidates if normalize_config_dict(t.user_attrs["config"]) == config]
-    measured = [t for t in candidates if t.user_attrs["outcome"] in outcomes.MEASURED]
+    exact = [t for t in candidates if t.config == config]
+    measured = [t for t in candidates if t.measured]
     if exact:
-        trial = max(exact, key=lambda t: (t.user_attrs["outcome"] in outcomes.MEASURED, tokens_per_sec(t) or 0.0))
+        trial = max(exact, key=lambda t: (t.measured, t.figure or 0.0))
         result.match = "exact"
     elif measured:
         trial = min(
             measured,
-            key=lambda t: (
-                len(differing_knobs(config, t.user_attrs["config"])),
-                not is_feasible_ok(t),
-                -(tokens_per_sec(t) or 0.0),
-            ),
+            key=lambda t: (len(differing_knobs(config, t.config)), not t.feasible, -(t.figure or 0.0)),
         )
         result.match = "nearest"
-        result.differs = differing_knobs(config, trial.user_attrs["config"])
+        result.differs = differing_knobs(config, trial.config)
     else:
         return result
-    result.trial, result.outcome = trial.number, trial.user_attrs["outcome"]
-    if trial.user_attrs["outcome"] in outcomes.MEASURED:
-        result.tokens_per_sec = tokens_per_sec(trial)
+    result.trial, result.outcome = trial.number, trial.outcome
+    if trial.measured:
+        result.tokens_per_sec = trial.figure
     best = target.summary.best
-    if best is not None and result.tokens_per_sec is not None and tokens_per_sec(best):
-        result.relative_to_best = result.tokens_per_sec / tokens_per_sec(best)
+    if best is not None and result.tokens_per_sec is not None and best.figure:
+        result.relative_to_best = result.tokens_per_sec / best.figure
     return result
 
 
@@ -233,7 +223,7 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
         (
             flag_unstable(
                 rate_with_interval(
-                    tokens_per_sec(v.summary.best),
+                    v.summary.best.figure,
                     v.best_measurement.tokens_per_sec_ci95 if v.best_measurement else None,
                 ),
                 bool(v.best_measurement and v.best_measurement.unstable),
@@ -338,7 +328,8 @@ def _view_dict(v: StudyView) -> dict[str, Any]:
         else {
             "trial": best.number,
             "config": normalize_config_dict(v.best_config),
-            "tokens_per_sec": tokens_per_sec(best),
+            "tokens_per_sec": best.figure,
+            "tokens_per_sec_runs": list(best.runs),
             "tokens_per_sec_ci95": m.tokens_per_sec_ci95 if m else None,
             "joules_per_token": m.joules_per_token if m else None,
             "energy_note": m.energy_note if m else None,

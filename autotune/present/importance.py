@@ -7,10 +7,12 @@ import json
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+
+from autotune.study.record import TrialRecord
 
 log = logging.getLogger(__name__)
 
@@ -34,20 +36,18 @@ class Importance:
 def importance_trials(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
     """COMPLETE trials the sampler chose (references carry no params) and that were
     run, not reused: a duplicate would count one measurement twice."""
-    return [
-        t
-        for t in trials
-        if t.state == TrialState.COMPLETE
-        and not t.user_attrs.get("reference")
-        and "duplicate_of" not in t.user_attrs
-        and t.params
-    ]
+    chosen = []
+    for t in trials:
+        record = TrialRecord.read(t)
+        if t.state == TrialState.COMPLETE and record.reference is None and record.duplicate_of is None and t.params:
+            chosen.append(t)
+    return chosen
 
 
-def knob_importance(trials: Sequence[FrozenTrial]) -> Importance:
+def knob_importance(study: optuna.Study) -> Importance:
     """Optuna's default importance evaluator (PED-ANOVA in Optuna 5: deterministic, needs
     no scikit-learn) over the knobs every chosen trial has and that took more than one value."""
-    chosen = importance_trials(trials)
+    chosen = importance_trials(study.get_trials(deepcopy=False))
     if len(chosen) < MIN_IMPORTANCE_TRIALS:
         return Importance(None, len(chosen), f"too few trials ({len(chosen)} searched, need {MIN_IMPORTANCE_TRIALS})")
     common = set.intersection(*(set(t.params) for t in chosen))

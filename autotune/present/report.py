@@ -43,7 +43,7 @@ from autotune.present.text import (
     rate_with_interval,
     value_text,
 )
-from autotune.study.summary import StudySummary, is_feasible_ok, summarize, tokens_per_sec, trial_measurement
+from autotune.study.summary import StudySummary, summarize
 
 DPI = 120
 CAPTIONS = {
@@ -84,24 +84,13 @@ def trial_points(summary: StudySummary) -> list[Point]:
     """Every trial that has a throughput: the measured ones, and OOM at 0."""
     points = []
     for t in summary.trials:
-        outcome = t.user_attrs.get("outcome")
-        if outcome in outcomes.MEASURED and tokens_per_sec(t) is not None:
-            rate = float(tokens_per_sec(t))
-        elif outcome == outcomes.OOM:
+        if t.measured:
+            rate = float(t.figure)
+        elif t.outcome is outcomes.OOM:
             rate = 0.0
         else:
             continue
-        points.append(
-            Point(
-                t.number,
-                rate,
-                t.user_attrs.get("peak_memory_bytes"),
-                outcome,
-                is_feasible_ok(t),
-                t.user_attrs.get("reference"),
-                t.user_attrs.get("config"),
-            )
-        )
+        points.append(Point(t.number, rate, t.peak_memory_bytes, t.outcome, t.feasible, t.reference, t.config))
     return points
 
 
@@ -161,8 +150,18 @@ def history_figure(study: optuna.Study, summary: StudySummary):
         return fig
     ax = fig.add_subplot()
     groups = [
-        ("ok (within the memory limit)", [p for p in points if p.feasible and not p.reference], "o", COLORS["ok"]),
-        ("over the memory limit", [p for p in points if p.outcome == outcomes.OVER_MEMORY_LIMIT], "x", COLORS["bad"]),
+        (
+            "feasible (within the limit less the headroom)",
+            [p for p in points if p.feasible and not p.reference],
+            "o",
+            COLORS["ok"],
+        ),
+        (
+            "over the limit less the headroom",
+            [p for p in points if p.outcome == outcomes.OVER_MEMORY_LIMIT],
+            "x",
+            COLORS["bad"],
+        ),
         ("out of memory (plotted at 0)", [p for p in points if p.outcome == outcomes.OOM], "v", COLORS["bad"]),
     ]
     for label, group, marker, color in groups:
@@ -193,7 +192,7 @@ def history_figure(study: optuna.Study, summary: StudySummary):
         ("checklist", summary.checklist, ":", "D"),
     ):
         if ref is not None:
-            rate = tokens_per_sec(ref)
+            rate = ref.figure
             ax.axhline(
                 rate,
                 color=COLORS[name],
@@ -250,7 +249,7 @@ def memory_figure(study: optuna.Study, summary: StudySummary):
             color=COLORS["ok"],
             s=40,
             zorder=3,
-            label="ok (within the memory limit)",
+            label="feasible (within the limit less the headroom)",
         )
     if infeasible:
         ax.scatter(
@@ -260,7 +259,7 @@ def memory_figure(study: optuna.Study, summary: StudySummary):
             color=COLORS["bad"],
             s=50,
             zorder=3,
-            label="over the memory limit",
+            label="over the limit less the headroom",
         )
     front = pareto_front(points)
     if front:
@@ -309,7 +308,7 @@ def memory_figure(study: optuna.Study, summary: StudySummary):
             label=f"memory limit {format_bytes(limit)} (off the scale: every trial used "
             f"{100 * max(peaks) / limit:.0f}% or less)",
         )
-    sources = (m.peak_memory_source for m in map(trial_measurement, summary.trials) if m is not None)
+    sources = (t.measurement.peak_memory_source for t in summary.trials if t.measurement is not None)
     source = next((s for s in sources if s), None)
     ax.set_xlabel(f"peak memory ({unit}" + (f", {source}" if source else "") + ")")
     ax.set_ylabel("effective tokens/s (non-pad tokens per second)")
@@ -425,14 +424,14 @@ class Section:
 
 def _measurement_rows(summary: StudySummary, limit: int | None) -> list[list[str]]:
     best = summary.best
-    m = trial_measurement(best)
+    m = best.measurement
     if m is None:
-        return [["effective tokens/s", format_rate(tokens_per_sec(best))]]
+        return [["effective tokens/s", format_rate(best.figure)]]
+    rate = rate_with_interval(best.figure, m.tokens_per_sec_ci95)
+    if best.confirmed:
+        rate += f" (mean of {' / '.join(format_rate(r) for r in best.runs)}: the trial, then its re-measurement)"
     return [
-        [
-            "effective tokens/s",
-            flag_unstable(rate_with_interval(tokens_per_sec(best), m.tokens_per_sec_ci95), m.unstable),
-        ],
+        ["effective tokens/s", flag_unstable(rate, m.unstable)],
         ["energy", energy_text(m.joules_per_token, m.energy_note, m.energy_source)],
         ["padding", format_pct(m.padding_fraction)],
         ["step time (median)", f"{1000 * m.step_time_median_s:.1f} ms" if m.step_time_median_s else "n/a"],
@@ -447,26 +446,21 @@ def _measurement_rows(summary: StudySummary, limit: int | None) -> list[list[str
     ]
 
 
-def _unstable(trial) -> bool:
-    m = trial_measurement(trial)
-    return bool(m is not None and m.unstable)
-
-
 def _top_trials(summary: StudySummary, n: int = 10) -> list[list[str]]:
-    measured = [t for t in summary.trials if t.user_attrs.get("outcome") in outcomes.MEASURED]
-    measured.sort(key=lambda t: (is_feasible_ok(t), tokens_per_sec(t) or 0.0), reverse=True)
+    best = summary.best.number if summary.best is not None else None
+    measured = [t for t in summary.trials if t.measured]
+    measured.sort(key=lambda t: (t.number == best, t.feasible, t.figure or 0.0), reverse=True)
     rows = []
     for t in measured[:n]:
-        a = t.user_attrs
-        tag = a.get("reference") or ("warm start" if a.get("warm_start_from") else "")
+        tag = t.reference or (t.proposed_by or "").replace("_", " ")
         rows.append(
             [
-                f"#{t.number}",
-                a.get("outcome", ""),
-                flag_unstable(format_rate(tokens_per_sec(t)), _unstable(t)),
-                format_bytes(a.get("peak_memory_bytes")),
+                f"#{t.number}" + (" (best)" if t.number == best else ""),
+                str(t.outcome),
+                flag_unstable(format_rate(t.figure), t.unstable),
+                format_bytes(t.peak_memory_bytes),
                 tag,
-                config_summary(a["config"]) if a.get("config") else "",
+                config_summary(t.config) if t.config else "",
             ]
         )
     return rows
@@ -495,7 +489,7 @@ def report_sections(study: optuna.Study, summary: StudySummary, importance: Impo
     if summary.best is None:
         sections.append(Section("Best configuration", ["", ""], [], note="no trial fits the memory limit yet"))
     else:
-        config = normalize_config_dict(summary.best.user_attrs["config"])
+        config = summary.best.config or {}
         sections.append(
             Section(
                 f"Best configuration (trial #{summary.best.number})",
@@ -505,7 +499,7 @@ def report_sections(study: optuna.Study, summary: StudySummary, importance: Impo
         )
         sections.append(Section("Its measurement", ["", ""], _measurement_rows(summary, limit)))
     refs = [
-        [name, f"#{t.number}", flag_unstable(format_rate(tokens_per_sec(t)), _unstable(t))]
+        [name, f"#{t.number}", flag_unstable(format_rate(t.figure), t.unstable)]
         for name, t in (("baseline", summary.baseline), ("checklist", summary.checklist))
         if t is not None
     ]
@@ -633,7 +627,7 @@ def write_report(study: optuna.Study, out_dir: str | Path, storage: str | None =
     except OSError as exc:
         raise AutotuneError(f"cannot create {out}: {exc.strerror}") from None
     summary = summarize(study)
-    importance = knob_importance(summary.trials)
+    importance = knob_importance(study)
     figures = {
         "history": history_figure(study, summary),
         "memory": memory_figure(study, summary),

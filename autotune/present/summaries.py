@@ -20,7 +20,7 @@ from autotune.present.text import (
     rate_with_interval,
     table,
 )
-from autotune.study.summary import trial_measurement
+from autotune.study.record import TrialRecord
 from autotune.study.urls import default_storage_url, redact
 
 
@@ -88,51 +88,54 @@ def mfu_text(mfu: float | None, at_context: float | None) -> str:
     return f"{format_pct(mfu)} at the mean padded length, {format_pct(at_context)} at the full context"
 
 
-# --- studies -------------------------------------------------------------------------------
+# --- studies (every trial a `study.record.TrialRecord`) --------------------------------------
 
 
-def _trial_cfg(trial) -> dict[str, Any] | None:
-    return trial.user_attrs.get("config")
-
-
-def trial_unstable(trial) -> bool:
+def trial_unstable(trial: TrialRecord) -> bool:
     """Whether the trial's measurement was flagged unstable (see `text.flag_unstable`)."""
-    m = trial_measurement(trial)
-    return bool(m is not None and m.unstable)
+    return trial.unstable
 
 
-def _unstable_note(trial) -> str:
-    m = trial_measurement(trial)
-    if m is None or not m.unstable:
+def _unstable_note(trial: TrialRecord) -> str:
+    if not trial.unstable:
         return ""
-    return f"  UNSTABLE (step time CV {format_pct(m.step_time_cv)})"
+    return f"  UNSTABLE (step time CV {format_pct(trial.step_time_cv)})"
 
 
-def trial_line(trial) -> str:
+def figure_text(trial: TrialRecord) -> str:
+    """A trial's tokens/s as the recipe records it: the mean of its runs, with its own run beside
+    it where they differ."""
+    if not trial.confirmed:
+        return format_rate(trial.tokens_per_sec)
+    return f"{format_rate(trial.figure)} (mean of {'/'.join(format_rate(r) for r in trial.runs)})"
+
+
+def trial_line(trial: TrialRecord) -> str:
     """One line per finished trial: number, outcome, tokens/s, peak memory, the knobs."""
-    attrs = trial.user_attrs
-    outcome = attrs.get("outcome", trial.state.name.lower())
-    tag = f" [{attrs['reference']}]" if attrs.get("reference") else ""
-    if attrs.get("expert_start"):
-        tag = f" [expert start: {attrs['expert_start']}]"
-    dup = f" (same as #{attrs['duplicate_of']})" if "duplicate_of" in attrs else ""
-    cfg = _trial_cfg(trial)
-    knobs = config_summary(cfg) if cfg else ""
+    outcome = str(trial.outcome) if trial.outcome else trial.state.name.lower()
+    tag = f" [{trial.reference}]" if trial.reference else ""
+    if trial.proposed_by:
+        tag = f" [{trial.proposed_by.replace('_', ' ')}]"
+    dup = f" (same as #{trial.duplicate_of})" if trial.duplicate_of is not None else ""
+    knobs = config_summary(trial.config) if trial.config else ""
     reason = ""
-    if outcome != outcomes.OK and attrs.get("reason"):
-        reason = f"  -- {attrs['reason'].splitlines()[0][:120]}"
+    if trial.outcome is not outcomes.OK and trial.reason:
+        reason = f"  -- {trial.reason.splitlines()[0][:120]}"
     return (
-        f"#{trial.number:<3} {outcome:<17} {format_rate(attrs.get('tokens_per_sec')):>12} tok/s  "
-        f"peak {format_bytes(attrs.get('peak_memory_bytes')):>10}  {knobs}{tag}{dup}{_unstable_note(trial)}{reason}"
+        f"#{trial.number:<3} {outcome:<17} {figure_text(trial):>12} tok/s  "
+        f"peak {format_bytes(trial.peak_memory_bytes):>10}  {knobs}{tag}{dup}{_unstable_note(trial)}{reason}"
     )
 
 
 def best_table(summary) -> str:
     best = summary.best
-    m = trial_measurement(best) or Measurement.failed({}, outcomes.OK, None)
-    rows = [(k, v if not isinstance(v, list) else ",".join(map(str, v)) or "-") for k, v in _trial_cfg(best).items()]
+    m = best.measurement or Measurement.failed({}, outcomes.OK, None)
+    rows = [(k, v if not isinstance(v, list) else ",".join(map(str, v)) or "-") for k, v in (best.config or {}).items()]
+    rate = rate_with_interval(best.figure, m.tokens_per_sec_ci95)
+    if best.confirmed:
+        rate += f"  (mean of {'/'.join(format_rate(r) for r in best.runs)}: the trial, then its re-measurement)"
     rows += [
-        ("effective tokens/s", flag_unstable(rate_with_interval(m.tokens_per_sec, m.tokens_per_sec_ci95), m.unstable)),
+        ("effective tokens/s", flag_unstable(rate, m.unstable)),
         ("energy", energy_text(m.joules_per_token, m.energy_note, m.energy_source)),
         ("padding", format_pct(m.padding_fraction)),
         ("step time CV", format_pct(m.step_time_cv) + ("  UNSTABLE: verify the recipe" if m.unstable else "")),
@@ -168,20 +171,23 @@ def search_summary(result) -> str:
     ]
     for name, ref in (("baseline", summary.baseline), ("checklist", summary.checklist)):
         if ref is not None:
-            rate = flag_unstable(format_rate(ref.user_attrs.get("tokens_per_sec")), trial_unstable(ref))
-            lines.append(f"{name:<10} #{ref.number}: {rate} tok/s ({ref.user_attrs.get('outcome')})")
+            rate = flag_unstable(format_rate(ref.figure), ref.unstable)
+            lines.append(f"{name:<10} #{ref.number}: {rate} tok/s ({ref.outcome})")
     skipped = summary.counts.get(outcomes.PREDICTED_OVER_LIMIT, 0)
     if skipped:
         lines.append(
             f"skipped {skipped} configuration{'s' if skipped != 1 else ''} predicted over the memory limit by the "
             "study's own trials (not run; `autotune show` gives each one's basis; --no-memory-model runs them)"
         )
+    stages = getattr(result, "stages", None)
+    if stages:
+        lines.append("trials by stage: " + ", ".join(f"{name} {count}" for name, count in stages.items()))
     stopped = getattr(result, "stopped", None)
     if stopped is not None:
         lines.append(f"stopped: {stopped.text}")
     if summary.best is not None:
         lines += ["", best_table(summary)]
-        if trial_unstable(summary.best):
+        if summary.best.unstable:
             lines.append(
                 f"\nthe best, #{summary.best.number}, was measured UNSTABLE (its step times varied): "
                 "check the recipe with `autotune verify` on a quiet machine"
@@ -198,24 +204,25 @@ def search_summary(result) -> str:
     return "\n".join(lines)
 
 
-def _trial_json(trial) -> dict[str, Any]:
-    a = trial.user_attrs
+def _trial_json(trial: TrialRecord) -> dict[str, Any]:
     return {
         "number": trial.number,
         "state": trial.state.name,
-        "outcome": a.get("outcome"),
-        "reason": a.get("reason"),
-        "reference": a.get("reference"),
-        "config": a.get("config"),
-        "tokens_per_sec": a.get("tokens_per_sec"),
-        "tokens_per_sec_ci95": a.get("tokens_per_sec_ci95"),
-        "joules_per_token": a.get("joules_per_token"),
-        "peak_memory_bytes": a.get("peak_memory_bytes"),
-        "unstable": trial_unstable(trial),
-        "constraints": trial.constraints or None,
-        "duplicate_of": a.get("duplicate_of"),
-        "expert_start": a.get("expert_start"),
-        "predicted_peak_memory_bytes": a.get("predicted_peak_memory_bytes"),
+        "outcome": trial.outcome,
+        "reason": trial.reason,
+        "reference": trial.reference,
+        "proposed_by": trial.proposed_by,
+        "config": trial.config,
+        "tokens_per_sec": trial.figure,  # what the recipe records: the mean of its runs
+        "tokens_per_sec_runs": list(trial.runs),
+        "tokens_per_sec_ci95": trial.measurement.tokens_per_sec_ci95 if trial.measurement else None,
+        "joules_per_token": trial.measurement.joules_per_token if trial.measurement else None,
+        "peak_memory_bytes": trial.peak_memory_bytes,
+        "unstable": trial.unstable,
+        "feasible": trial.feasible,
+        "memory_constraint": trial.memory_constraint,
+        "duplicate_of": trial.duplicate_of,
+        "predicted_peak_memory_bytes": trial.predicted_peak_memory_bytes,
     }
 
 
@@ -227,7 +234,9 @@ def summary_json(result) -> dict[str, Any]:
         "memory_limit_bytes": result.context.memory_limit_bytes,
         "device": result.context.device.to_dict(),
         "counts": s.counts,
-        "best": _trial_json(s.best) | {"measurement": s.best.user_attrs.get("measurement")} if s.best else None,
+        "best": _trial_json(s.best) | {"measurement": s.best.measurement.to_dict() if s.best.measurement else None}
+        if s.best
+        else None,
         "baseline": _trial_json(s.baseline) if s.baseline else None,
         "checklist": _trial_json(s.checklist) if s.checklist else None,
         "speedup_vs_baseline": s.speedup(s.baseline),
@@ -245,21 +254,16 @@ def summary_json(result) -> dict[str, Any]:
         "recipe": str(result.recipe_path) if result.recipe_path else None,
         "n_trials": len(s.trials),
         "skipped_predicted_over_limit": s.counts.get(outcomes.PREDICTED_OVER_LIMIT, 0),
+        "stages": getattr(result, "stages", None),
         "stopped": result.stopped.to_dict() if getattr(result, "stopped", None) is not None else None,
     }
 
 
-def _ranked(summary) -> list:
+def _ranked(summary) -> list[TrialRecord]:
     """The best first (the leaders' re-measurement may have crowned one whose single run is not
-    the highest), then every ok and feasible trial by tokens/s, then the rest."""
+    the highest), then every feasible trial by its figure, then the rest."""
     best = summary.best.number if summary.best is not None else None
-
-    def key(t):
-        feasible = all(v <= 0 for v in (t.constraints or {}).values())
-        ok = t.user_attrs.get("outcome") == outcomes.OK and feasible
-        return (ok, t.number == best, t.user_attrs.get("tokens_per_sec") or 0.0)
-
-    return sorted(summary.trials, key=key, reverse=True)
+    return sorted(summary.trials, key=lambda t: (t.number == best, t.feasible, t.figure or 0.0), reverse=True)
 
 
 def show_text(study, summary, limit: int) -> str:

@@ -6,44 +6,43 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
-from optuna.trial import FrozenTrial
 
 from autotune.config import TrainConfig
 from autotune.device.info import software_versions
 from autotune.errors import UsageError
-from autotune.measure import outcomes
 from autotune.recipe.recipe import Recipe, now_iso, recipe_measured
-from autotune.study.leaders import confirmation_key, study_objective
-from autotune.study.summary import StudySummary, summarize, trial_measurement
+from autotune.study.leaders import study_objective
+from autotune.study.record import TrialRecord
+from autotune.study.summary import StudySummary, summarize
 from autotune.study.urls import redact
 
 
 def recipe_from_trial(
-    summary: StudySummary, study_attrs: dict, study_name: str, storage_url: str, trial: FrozenTrial | None = None
+    summary: StudySummary, study_attrs: dict, study_name: str, storage_url: str, trial: TrialRecord | None = None
 ) -> Recipe:
     trial = trial or summary.best
-    m = trial_measurement(trial)
+    m = trial.measurement
     measured = recipe_measured(m, study_attrs.get("memory_limit_bytes"), study_attrs.get("memory_headroom"))
     measured["objective"] = study_objective(study_attrs)
-    confirmation = study_attrs.get(confirmation_key(trial.number)) or {}
-    if confirmation.get("outcome") == outcomes.OK and confirmation.get("tokens_per_sec") and m and m.tokens_per_sec:
-        runs = [m.tokens_per_sec, confirmation["tokens_per_sec"]]
-        measured["tokens_per_sec"] = sum(runs) / len(runs)
+    confirmation = trial.confirmation
+    if trial.confirmed and m is not None:
+        runs = list(trial.runs)
+        measured["tokens_per_sec"] = trial.figure
         measured["tokens_per_sec_runs"] = runs  # the trial, then its re-measurement
         # The interval of the mean, from the two runs' intervals: their ends averaged. Wider
         # than the mean's own would be for independent runs (by up to sqrt 2): on the safe side.
-        intervals = [i for i in (m.tokens_per_sec_ci95, confirmation.get("tokens_per_sec_ci95")) if i]
+        intervals = [i for i in (m.tokens_per_sec_ci95, confirmation.tokens_per_sec_ci95) if i]
         measured["tokens_per_sec_ci95"] = (
             [sum(i[0] for i in intervals) / 2, sum(i[1] for i in intervals) / 2] if len(intervals) == 2 else None
         )
-        energies = [e for e in (m.joules_per_token, confirmation.get("joules_per_token")) if e is not None]
+        energies = [e for e in (m.joules_per_token, confirmation.joules_per_token) if e is not None]
         if len(energies) == 2:
             measured["joules_per_token"] = sum(energies) / 2
     leaders = [c for c in summary.leaders if c.remeasured]
     if len(leaders) > 1:  # the winner was chosen among several: say among which, and by what
         measured["leaders"] = [{"trial": c.number, "runs": list(c.values), "mean": c.mean} for c in leaders]
     return Recipe(
-        config=TrainConfig.from_dict(trial.user_attrs["config"]),
+        config=TrainConfig.from_dict(trial.config),
         model={**(m.model if m else {}), "name": study_attrs.get("model")},
         data=study_attrs.get("data", "synthetic"),
         measured=measured,

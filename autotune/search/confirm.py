@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from autotune.config import TrainConfig
-from autotune.study.leaders import Candidate, confirmation_key, to_remeasure
+from autotune.measure.outcomes import Outcome
+from autotune.study.leaders import Candidate, to_remeasure
+from autotune.study.record import Confirmation, confirmation_key, read_trials
 from autotune.trial.runner import run_trial
 
 if TYPE_CHECKING:
@@ -18,25 +20,23 @@ def confirm_leaders(study: "optuna.Study", top: Sequence[Candidate], ctx, report
     """Re-measure the leaders (`StudySummary.leaders`) the rule asks for, each in a fresh
     process, once per study (kept as study attrs: a resumed study does not measure the same
     trial again). Returns the trials re-measured now."""
-    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    trials = {t.number: t for t in read_trials(study)}
     done = []
     for candidate in to_remeasure(top):
         if confirmation_key(candidate.number) in study.user_attrs:
             continue
         if reporter is not None:
             reporter.confirming(candidate.number)
-        config = TrainConfig.from_dict(trials[candidate.number].user_attrs["config"])
+        config = TrainConfig.from_dict(trials[candidate.number].config)
         result = run_trial(ctx.spec, config, timeout_s=ctx.trial_timeout_s, device=ctx.device)
         m = result.measurement
-        study.set_user_attr(
-            confirmation_key(candidate.number),
-            {
-                "outcome": result.outcome,
-                "tokens_per_sec": result.tokens_per_sec,
-                "tokens_per_sec_ci95": m.tokens_per_sec_ci95 if m else None,
-                "joules_per_token": m.joules_per_token if m else None,
-                "peak_memory_bytes": result.peak_memory_bytes,
-            },
+        confirmation = Confirmation(
+            Outcome.read(result.outcome),
+            result.tokens_per_sec,
+            m.tokens_per_sec_ci95 if m else None,
+            m.joules_per_token if m else None,
+            result.peak_memory_bytes,
         )
+        study.set_user_attr(confirmation_key(candidate.number), confirmation.to_dict())
         done.append(candidate.number)
     return done

@@ -35,7 +35,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space.definition import SearchSpace
-from autotune.study.summary import is_feasible_ok
+from autotune.study.record import TrialRecord
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def feasible_values(trials: Iterable[FrozenTrial]) -> list[float | None]:
         (t for t in trials if t.state in FINISHED),
         key=lambda t: (t.datetime_complete is None, t.datetime_complete or 0, t.number),
     )
-    return [float(t.value) if is_feasible_ok(t) else None for t in done]
+    return [float(t.value) if TrialRecord.read(t).feasible else None for t in done]
 
 
 def rule_for(
@@ -140,7 +140,7 @@ def confirmation_repeats(study_attrs: dict[str, Any], trials: Sequence[FrozenTri
 
 
 def _step_time_cv(trial: FrozenTrial) -> float | None:
-    if not is_feasible_ok(trial) or "duplicate_of" in trial.user_attrs:
+    if not TrialRecord.read(trial).feasible or "duplicate_of" in trial.user_attrs:
         return None
     cv = (trial.user_attrs.get("measurement") or {}).get("step_time_cv")
     return float(cv) if isinstance(cv, (int, float)) else None

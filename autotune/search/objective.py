@@ -18,18 +18,17 @@ from autotune.config import TrainConfig
 from autotune.errors import UnsupportedConfig
 from autotune.knobs.support import check_supported
 from autotune.measure import outcomes
-from autotune.measure.measurement import Measurement
 from autotune.search.memory_model import skip_prediction
 from autotune.search.references import reference_config
 from autotune.space.sampling import suggest
+from autotune.study import record
 from autotune.study.leaders import objective_value
 from autotune.study.lifecycle import StudyContext
+from autotune.study.references import REFERENCE_ATTR
 from autotune.trial.processes import stop_signal_of
 from autotune.trial.runner import TrialResult, run_trial
 
 log = logging.getLogger(__name__)
-
-REASON_LIMIT = 4000  # characters of a reason kept in storage
 
 
 class TrialFailed(Exception):
@@ -58,18 +57,18 @@ class Objective:
         self.memory_model = memory_model
 
     def __call__(self, trial: optuna.Trial) -> float:
-        reference = trial.user_attrs.get("reference")
+        reference = trial.user_attrs.get(REFERENCE_ATTR)
         if reference:
             cfg, notes = reference_config(reference, self.ctx.space.seq_len, self.ctx.capabilities)
             if notes:
                 trial.set_user_attr("reference_notes", notes)
         else:
             cfg = suggest(self.ctx.space, trial)
-        trial.set_user_attr("config", cfg.to_dict())
-        trial.set_user_attr("host", socket.gethostname())
-        trial.set_user_attr("tuner_pid", os.getpid())
+        trial.set_user_attr(record.CONFIG, cfg.to_dict())
+        trial.set_user_attr(record.HOST, socket.gethostname())
+        trial.set_user_attr(record.TUNER_PID, os.getpid())
         if self.ctx.device.uuid:  # which GPU of a multi-GPU or multi-host study ran it
-            trial.set_user_attr("device_uuid", self.ctx.device.uuid)
+            trial.set_user_attr(record.DEVICE_UUID, self.ctx.device.uuid)
         self._reject_if_impossible(trial, cfg)
         if self.memory_model and not reference and self._predicted_over_limit(trial, cfg):
             return 0.0
@@ -87,14 +86,10 @@ class Objective:
         prediction = skip_prediction(trials, cfg.to_dict(), target, device_kind=self.ctx.device.kind)
         if prediction is None:
             return False
-        outcome, reason = outcomes.skipped_over_limit(prediction.peak_bytes, limit, headroom, prediction.basis)
-        trial.set_user_attr("outcome", outcome)
-        trial.set_user_attr("reason", reason[:REASON_LIMIT])
-        trial.set_user_attr("predicted_peak_memory_bytes", prediction.peak_bytes)
-        trial.set_user_attr("memory_basis", prediction.basis[:REASON_LIMIT])
-        trial.set_user_attr("memory_basis_trials", list(prediction.trials))
+        _, reason = outcomes.skipped_over_limit(prediction.peak_bytes, limit, headroom, prediction.basis)
+        record.write_skipped(trial, reason, prediction.peak_bytes, prediction.basis, prediction.trials)
         # The sampler learns "this region does not fit" as it does from a measured peak.
-        trial.set_constraint("memory", prediction.constraint(limit, headroom))
+        trial.set_constraint(record.MEMORY, prediction.constraint(limit, headroom))
         log.info("trial %d: %s", trial.number, reason)
         return True
 
@@ -112,18 +107,12 @@ class Objective:
 
     def _reuse(self, trial: optuna.Trial, cfg: TrainConfig) -> TrialResult | None:
         """TPE re-proposes configurations it has seen; a deterministic outcome is not re-run."""
-        key = config_key(cfg)
-        for done in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if (
-                done.user_attrs.get("config") is not None
-                and outcomes.reusable(done.user_attrs.get("outcome"))
-                and config_key(TrainConfig.from_dict(done.user_attrs["config"])) == key
-            ):
-                trial.set_user_attr("duplicate_of", done.number)
-                m = done.user_attrs.get("measurement")
-                return TrialResult(
-                    done.user_attrs["outcome"], done.user_attrs.get("reason"), Measurement.from_dict(m) if m else None
-                )
+        key = cfg.to_dict()
+        for frozen in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            done = record.TrialRecord.read(frozen)
+            if done.config == key and done.outcome is not None and outcomes.reusable(done.outcome):
+                trial.set_user_attr(record.DUPLICATE_OF, done.number)
+                return TrialResult(done.outcome, done.reason, done.measurement)
         return None
 
     def _run(self, trial: optuna.Trial, cfg: TrainConfig) -> TrialResult:
@@ -136,39 +125,26 @@ class Objective:
                 timeout_s=self.ctx.trial_timeout_s,
                 device=self.ctx.device,
                 env=self.trial_env,
-                on_start=lambda pid: trial.set_user_attr("trial_pid", pid),
+                on_start=lambda pid: trial.set_user_attr(record.TRIAL_PID, pid),
             )
         except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
-            outcome, reason = outcomes.interrupted_by_user(stop_signal_of(exc))
-            trial.set_user_attr("outcome", outcome)
-            trial.set_user_attr("reason", reason)
+            record.write_stopped(trial, *outcomes.interrupted_by_user(stop_signal_of(exc)))
             raise
 
     def _record(self, trial: optuna.Trial, result: TrialResult) -> float:
-        trial.set_user_attr("outcome", result.outcome)
-        if result.reason:
-            trial.set_user_attr("reason", result.reason[:REASON_LIMIT])
         m = result.measurement
-        if m:
-            trial.set_user_attr("measurement", m.to_dict())
-            trial.set_user_attr("tokens_per_sec", m.tokens_per_sec)
-            trial.set_user_attr("tokens_per_sec_ci95", m.tokens_per_sec_ci95)
-            trial.set_user_attr("joules_per_token", m.joules_per_token)
-            trial.set_user_attr("peak_memory_bytes", m.peak_memory_bytes)
-        if result.phase_s:
-            trial.set_user_attr("phase_s", result.phase_s)
-            trial.set_user_attr("wall_s", result.wall_s)
+        record.write_result(trial, result.outcome, result.reason, m, phase_s=result.phase_s, wall_s=result.wall_s)
         limit = self.ctx.memory_limit_bytes
         how = outcomes.recording(result.outcome, has_rate=result.tokens_per_sec is not None)
         if how is outcomes.Recording.MEASURED:
             peak = result.peak_memory_bytes
-            trial.set_constraint("memory", outcomes.memory_constraint(peak, limit, self.ctx.memory_headroom))
+            trial.set_constraint(record.MEMORY, outcomes.memory_constraint(peak, limit, self.ctx.memory_headroom))
             value = objective_value(m.to_dict(), self.ctx.objective)
             if value is None:  # tokens_per_joule, and this run read no energy (energy_note says why)
                 raise TrialFailed(f"no {self.ctx.objective} figure: {m.energy_note or 'no energy reading'}")
             return float(value)
         if how is outcomes.Recording.INFEASIBLE:
-            trial.set_constraint("memory", 1.0)
+            trial.set_constraint(record.MEMORY, 1.0)
             return 0.0
         if how is outcomes.Recording.PRUNED:
             raise optuna.TrialPruned(result.reason)

@@ -48,6 +48,7 @@ from autotune.search.sampler import make_sampler
 from autotune.space.file import default_space_path, load_space
 from autotune.study.leaders import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.study.lifecycle import StudyContext, check_rules, fail_orphaned_trials, open_study
+from autotune.study.record import TrialRecord
 from autotune.study.storage import check_storage_writable, heartbeat_grace_s, open_storage, study_names
 from autotune.study.summary import StudySummary, summarize
 from autotune.study.urls import (
@@ -117,7 +118,7 @@ class SearchSettings:
 
 class Reporter(Protocol):
     def trial_started(self, number: int, cfg: TrainConfig) -> None: ...
-    def trial_finished(self, trial: FrozenTrial, summary: StudySummary) -> None: ...
+    def trial_finished(self, trial: TrialRecord, summary: StudySummary) -> None: ...
     def confirming(self, number: int) -> None: ...
 
 
@@ -417,7 +418,7 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
         nonlocal ran
         ran += 1
         if reporter:
-            reporter.trial_finished(trial, summarize(study))
+            reporter.trial_finished(TrialRecord.read(trial, study.user_attrs), summarize(study))
 
     callbacks: list = [after_trial]
     convergence = StopWhenConverged(space_dimensions(ctx.space)) if settings.until_converged else None

@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.trial import FixedTrial, FrozenTrial
+from optuna.trial import FixedTrial
 
-from autotune.config import TrainConfig, normalize_config_dict
+from autotune.config import TrainConfig
 from autotune.errors import UnsupportedConfig, UsageError
 from autotune.knobs.support import check_supported
 from autotune.search.objective import config_key
 from autotune.space.sampling import outside_reason, params_for, suggest
 from autotune.study.lifecycle import StudyContext
+from autotune.study.record import TrialRecord, read_trials
 from autotune.study.storage import load_ref
-from autotune.study.summary import is_feasible_ok
 from autotune.study.urls import redact
 
 log = logging.getLogger(__name__)
@@ -57,21 +57,17 @@ def invalid_here(cfg: TrainConfig, ctx: StudyContext) -> tuple[str, dict[str, An
     return "", params
 
 
-def warm_start_candidates(source: optuna.Study, top_k: int) -> list[FrozenTrial]:
-    """The source's top-k distinct feasible ok configurations, best first. Its reference
-    trials are left out: the new study measures its own baseline and checklist."""
+def warm_start_candidates(source: optuna.Study, top_k: int) -> list[TrialRecord]:
+    """The source's top-k distinct feasible configurations, best first. Its reference trials are
+    left out: the new study measures its own baseline and checklist."""
     ranked = sorted(
-        (
-            t
-            for t in source.get_trials(deepcopy=False)
-            if is_feasible_ok(t) and not t.user_attrs.get("reference") and t.user_attrs.get("config") is not None
-        ),
-        key=lambda t: -(t.value or 0.0),
+        (r for r in read_trials(source) if r.feasible and r.reference is None and r.config is not None),
+        key=lambda r: -(r.value or 0.0),
     )
-    chosen: list[FrozenTrial] = []
+    chosen: list[TrialRecord] = []
     seen: set[str] = set()
     for t in ranked:
-        key = json.dumps(normalize_config_dict(t.user_attrs["config"]), sort_keys=True)
+        key = json.dumps(t.config, sort_keys=True)
         if key not in seen:
             seen.add(key)
             chosen.append(t)
@@ -108,7 +104,7 @@ def plan_warm_start(ref: str, ctx: StudyContext, top_k: int = DEFAULT_WARM_START
     plan = WarmStart(shown)
     for trial in warm_start_candidates(source, top_k):
         try:
-            cfg = TrainConfig.from_dict(trial.user_attrs["config"])
+            cfg = TrainConfig.from_dict(trial.config)
         except UsageError as exc:
             skipped.setdefault(f"unreadable config ({exc})", []).append(trial.number)
             continue

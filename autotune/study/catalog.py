@@ -10,7 +10,7 @@ import optuna
 
 from autotune.errors import UsageError
 from autotune.study.storage import open_storage, study_names
-from autotune.study.summary import summarize, tokens_per_sec
+from autotune.study.summary import summarize
 from autotune.study.urls import STUDIES_DIR, redact
 
 
@@ -50,7 +50,7 @@ def list_studies(storage_url: str | None = None, directory: Path = STUDIES_DIR) 
                     model=study.user_attrs.get("model"),
                     device=hardware.get("name"),
                     trials=len(summary.trials),
-                    best_tokens_per_sec=tokens_per_sec(summary.best) if summary.best is not None else None,
+                    best_tokens_per_sec=summary.best.figure if summary.best is not None else None,
                     default_storage=storage_url is None and url == f"sqlite:///{directory / (name + '.db')}",
                 )
             )

@@ -24,23 +24,18 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from autotune.config import normalize_config_dict
 from autotune.measure import outcomes
 from autotune.measure.intervals import overlap
+from autotune.study.record import confirmation_key  # noqa: F401  (re-exported: where leaders are read)
 
 if TYPE_CHECKING:
-    from optuna.trial import FrozenTrial
+    from autotune.study.record import TrialRecord
 
 LEADERS = 3
 # What a study maximizes: tokens/s (the default), or tokens per joule (energy per token,
 # `measure.energy`), under the same memory constraint.
 OBJECTIVES = ("tokens_per_sec", "tokens_per_joule")
 DEFAULT_OBJECTIVE = "tokens_per_sec"
-
-
-def confirmation_key(trial_number: int) -> str:
-    """The study attr holding the re-measurement of this trial."""
-    return f"confirmation:{trial_number}"
 
 
 def objective_value(figures: Mapping[str, Any] | None, objective: str) -> float | None:
@@ -122,24 +117,24 @@ def study_objective(study_attrs: Mapping[str, Any]) -> str:
     return study_attrs.get("objective") or DEFAULT_OBJECTIVE
 
 
-def study_leaders(feasible: Iterable["FrozenTrial"], study_attrs: Mapping[str, Any]) -> list[Candidate]:
+def study_leaders(feasible: Iterable["TrialRecord"], study_attrs: Mapping[str, Any]) -> list[Candidate]:
     """The leaders among a study's feasible trials, with their re-measurements."""
     objective = study_objective(study_attrs)
-    ranked = sorted(feasible, key=lambda t: t.value, reverse=True)
-    configs = [json.dumps(normalize_config_dict(t.user_attrs.get("config") or {}), sort_keys=True) for t in ranked]
-    candidates = [_candidate(t, study_attrs, objective) for t in ranked]
-    return leaders(candidates, configs)
+    ranked = sorted(feasible, key=lambda r: r.value or 0.0, reverse=True)
+    configs = [json.dumps(r.config or {}, sort_keys=True) for r in ranked]
+    return leaders([_candidate(r, objective) for r in ranked], configs)
 
 
-def _candidate(trial: "FrozenTrial", study_attrs: Mapping[str, Any], objective: str) -> Candidate:
-    record = study_attrs.get(confirmation_key(trial.number))
+def _candidate(record: "TrialRecord", objective: str) -> Candidate:
+    confirmation = record.confirmation
     second = None
-    if record is not None and record.get("outcome") == outcomes.OK:
-        second = objective_value(record, objective)
+    if confirmation is not None and confirmation.outcome is outcomes.OK:
+        second = objective_value(confirmation.to_dict(), objective)
+    measurement = record.measurement.to_dict() if record.measurement else None
     return Candidate(
-        number=trial.number,
-        value=float(trial.value),
-        interval=objective_interval(trial.user_attrs.get("measurement"), objective),
-        remeasured=record is not None,
+        number=record.number,
+        value=float(record.value or 0.0),
+        interval=objective_interval(measurement, objective),
+        remeasured=confirmation is not None,
         second=second,
     )

@@ -66,6 +66,11 @@ class StudyContext:
     objective: str = leaders.DEFAULT_OBJECTIVE  # what the study maximizes (study.leaders.OBJECTIVES)
     model_dims: ModelDims | None = None  # for the expert start's budget estimate; None when unknown
 
+    def __post_init__(self) -> None:
+        # The run judges feasibility itself (outcomes.decide_measured): it gets the study's headroom.
+        if self.spec.memory_headroom != self.memory_headroom:
+            object.__setattr__(self, "spec", dataclasses.replace(self.spec, memory_headroom=self.memory_headroom))
+
     @property
     def capabilities(self) -> DeviceCapabilities:
         return DeviceCapabilities.detect(self.device.kind, self.device.capability_tuple)

@@ -98,6 +98,7 @@ class Device:
     width_half: float  # model width at which the GEMMs of a block reach half of mm_eff
     knee_tokens: float  # micro-batch (at width 768) at which the block GEMMs fill half the GPU
     flash_eff: float  # FlashAttention-2 fwd+bwd, fraction of the 16-bit peak (head dim 64, causal)
+    fp32_eff: float  # fp32 GEMMs on the CUDA cores (no TF32), fraction of the fp32 peak
     context_bytes: int  # CUDA context + cuBLAS/cuDNN handles, as NVML shows them
     cpu_speed: float  # host CPU time per dispatched op, relative to a server core (lower = faster)
     cpu: str
@@ -126,37 +127,89 @@ DEVICES: dict[str, Device] = {
     # figure), 82.6 TF32 and 82.6 fp32 (the CUDA cores are strong on GeForce), 1.0 TB/s GDDR6X.
     # A desktop host: fast single-thread dispatch.
     "rtx4090": Device(
-        "rtx4090", "NVIDIA GeForce RTX 4090", 24564 * MIB, "8.9", "ada",
+        "rtx4090",
+        "NVIDIA GeForce RTX 4090",
+        24564 * MIB,
+        "8.9",
+        "ada",
         {"bfloat16": 165.2e12, "float16": 165.2e12, "tf32": 82.6e12, "float32": 82.6e12},
-        1.008e12, mm_eff=0.75, width_half=250, knee_tokens=1536, flash_eff=0.50,
-        context_bytes=420 * MIB, cpu_speed=0.8, cpu="AMD Ryzen 9 7950X (modelled)", cpu_count=32,
-        driver="560.35.03", cuda="12.6",
+        1.008e12,
+        mm_eff=0.75,
+        width_half=250,
+        knee_tokens=1536,
+        flash_eff=0.50,
+        fp32_eff=0.65,
+        context_bytes=420 * MIB,
+        cpu_speed=0.8,
+        cpu="AMD Ryzen 9 7950X (modelled)",
+        cpu_count=32,
+        driver="560.35.03",
+        cuda="12.6",
     ),
     # A100 SXM: 312 dense bf16, 156 TF32, 19.5 fp32; 2.0 TB/s (80 GB) and 1.6 TB/s (40 GB).
     "a100-80gb": Device(
-        "a100-80gb", "NVIDIA A100-SXM4-80GB", 81920 * MIB, "8.0", "ampere",
+        "a100-80gb",
+        "NVIDIA A100-SXM4-80GB",
+        81920 * MIB,
+        "8.0",
+        "ampere",
         {"bfloat16": 312e12, "float16": 312e12, "tf32": 156e12, "float32": 19.5e12},
-        2.039e12, mm_eff=0.80, width_half=360, knee_tokens=2048, flash_eff=0.50,
-        context_bytes=500 * MIB, cpu_speed=1.0, cpu="AMD EPYC 7763 (modelled)", cpu_count=32,
-        driver="550.90.07", cuda="12.4",
+        2.039e12,
+        mm_eff=0.80,
+        width_half=420,
+        knee_tokens=2048,
+        flash_eff=0.50,
+        fp32_eff=0.9,
+        context_bytes=500 * MIB,
+        cpu_speed=1.0,
+        cpu="AMD EPYC 7763 (modelled)",
+        cpu_count=32,
+        driver="550.90.07",
+        cuda="12.4",
     ),
     "a100-40gb": Device(
-        "a100-40gb", "NVIDIA A100-SXM4-40GB", 40960 * MIB, "8.0", "ampere",
+        "a100-40gb",
+        "NVIDIA A100-SXM4-40GB",
+        40960 * MIB,
+        "8.0",
+        "ampere",
         {"bfloat16": 312e12, "float16": 312e12, "tf32": 156e12, "float32": 19.5e12},
-        1.555e12, mm_eff=0.80, width_half=360, knee_tokens=2048, flash_eff=0.50,
-        context_bytes=500 * MIB, cpu_speed=1.0, cpu="AMD EPYC 7742 (modelled)", cpu_count=32,
-        driver="550.90.07", cuda="12.4",
+        1.555e12,
+        mm_eff=0.80,
+        width_half=420,
+        knee_tokens=2048,
+        flash_eff=0.50,
+        fp32_eff=0.9,
+        context_bytes=500 * MIB,
+        cpu_speed=1.0,
+        cpu="AMD EPYC 7742 (modelled)",
+        cpu_count=32,
+        driver="550.90.07",
+        cuda="12.4",
     ),
     # H200 SXM: H100's tensor cores (989 dense bf16), 141 GB HBM3e at 4.8 TB/s. Hopper needs
     # larger tiles to fill 132 SMs, so narrow GEMMs and small batches lose more than on an
     # A100; FlashAttention-2 (torch's flash backend) uses neither wgmma nor TMA and reaches
     # about a third of the peak, which is why cuDNN's attention wins there.
     "h200": Device(
-        "h200", "NVIDIA H200", 143771 * MIB, "9.0", "hopper",
+        "h200",
+        "NVIDIA H200",
+        143771 * MIB,
+        "9.0",
+        "hopper",
         {"bfloat16": 989e12, "float16": 989e12, "tf32": 494.5e12, "float32": 66.9e12},
-        4.8e12, mm_eff=0.80, width_half=700, knee_tokens=6144, flash_eff=0.28,
-        context_bytes=560 * MIB, cpu_speed=0.9, cpu="Intel Xeon Platinum 8480+ (modelled)", cpu_count=32,
-        driver="570.124.06", cuda="12.8",
+        4.8e12,
+        mm_eff=0.80,
+        width_half=820,
+        knee_tokens=6144,
+        flash_eff=0.28,
+        fp32_eff=0.75,
+        context_bytes=560 * MIB,
+        cpu_speed=0.9,
+        cpu="Intel Xeon Platinum 8480+ (modelled)",
+        cpu_count=32,
+        driver="570.124.06",
+        cuda="12.8",
     ),
 }
 
@@ -224,12 +277,12 @@ FACTORS: dict[str, Factor] = {
     "width_scale": Factor(1.0, 0.7, 1.4, True),  # x Device.width_half: narrow-model penalty
     "knee_scale": Factor(1.0, 0.5, 2.0, True),  # x Device.knee_tokens: the saturation knee
     "sat_exp": Factor(1.5, 1.0, 2.0),  # sharpness of the batch saturation curve
-    "fp32_simt_eff": Factor(0.9, 0.75, 0.95),  # fp32 GEMM without tensor cores, of the fp32 peak
+    "fp32_eff_scale": Factor(1.0, 0.85, 1.1),  # x Device.fp32_eff: fp32 GEMMs without tensor cores
     "autotune_mm_gain": Factor(0.04, 0.0, 0.08),  # max-autotune's GEMM templates, compiled regions
     # --- attention -----------------------------------------------------------------------
     "flash_eff_scale": Factor(1.0, 0.8, 1.2),  # x Device.flash_eff
     "cudnn_vs_flash_hopper": Factor(1.5, 0.95, 1.75),  # cuDNN SDPA kernel speed / FA2 on Hopper
-    "cudnn_vs_flash_other": Factor(0.95, 0.8, 1.05),  # the same on Ampere and Ada
+    "cudnn_vs_flash_other": Factor(0.85, 0.7, 1.05),  # the same on Ampere and Ada
     "efficient_vs_flash": Factor(0.6, 0.45, 0.8),  # mem-efficient (xformers cutlass) / FA2
     "efficient_fp32_eff": Factor(0.45, 0.3, 0.6),  # mem-efficient in fp32, of the fp32 peak
     "math_bmm_eff": Factor(0.75, 0.6, 0.85),  # math's batched QK^T / AV GEMMs, of the GEMM rate
@@ -253,10 +306,11 @@ FACTORS: dict[str, Factor] = {
     "chunked_bytes_eager": Factor(26.0, 22.0, 32.0),  # chunked: gradients in the forward
     "chunked_bytes_compiled": Factor(11.0, 9.0, 16.0),
     "chunk_wgrad_bytes": Factor(8.0, 6.0, 12.0),  # B per head-weight element per slice (fp32 accumulate)
+    "chunked_head_slowdown": Factor(0.03, 0.0, 0.06),  # chunked: the head's GEMMs in slices
     # --- checkpointing, shapes, precision -------------------------------------------------------
     "ckpt_recompute": Factor(1 / 3, 0.28, 0.42),  # extra block time per checkpointed block
     "dynamic_shape_penalty": Factor(0.04, 0.01, 0.08),  # compiled with dynamic shapes (padded)
-    "fp16_scaler_cost": Factor(0.012, 0.004, 0.025),  # GradScaler: share of GPU time
+    "fp16_scaler_cost": Factor(0.02, 0.005, 0.035),  # GradScaler: share of GPU time
     "pad_fraction": Factor(0.08, 0.06, 0.11),  # padded batching's pads at a 65536 budget
     "pad_budget_exp": Factor(0.1, 0.0, 0.2),  # pads grow with the budget (wider length groups)
     # --- launches and host -----------------------------------------------------------------------
@@ -296,13 +350,15 @@ FACTORS: dict[str, Factor] = {
     "autotune_ws_bytes": Factor(1.5 * GIB, 0.5 * GIB, 3 * GIB, True),  # max-autotune benchmarking buffers
     "misc_bytes": Factor(256 * MIB, 128 * MIB, 512 * MIB, True),  # cuBLAS/cuDNN workspaces, RNG, etc.
     "usable_memory": Factor(0.985, 0.975, 0.995),  # of the total, what the process can allocate
+    "alloc_pressure_start": Factor(0.92, 0.88, 0.96),  # of usable: the allocator starts freeing its cache
+    "alloc_pressure_cost": Factor(0.04, 0.0, 0.08),  # slowdown at the limit (cudaFree/cudaMalloc retries)
     # --- measurement ------------------------------------------------------------------------------
     "noise": Factor(0.012, 0.008, 0.02),  # multiplicative measurement noise (lognormal sigma)
     "cv_base": Factor(0.006, 0.003, 0.012),  # step-time CV of a steady GPU step
     "cv_jitter_s": Factor(0.2e-3, 0.1e-3, 0.4e-3, True),  # absolute per-step host jitter
     "cv_padded": Factor(0.06, 0.03, 0.10),  # padded: steps of varying width
     # --- trial costs -------------------------------------------------------------------------------
-    "process_base_s": Factor(12.0, 9.0, 16.0),  # spawn, imports, CUDA init, teardown
+    "process_base_s": Factor(14.0, 10.0, 18.0),  # spawn, imports, CUDA init, teardown
     "build_s_per_gparam": Factor(2.5, 1.5, 4.0),  # model build + to(device), per 1e9 parameters
     "data_setup_s": Factor(1.5, 0.8, 3.0),
     "workers_start_s": Factor(1.2, 0.6, 2.5),  # 4 DataLoader worker processes
@@ -319,6 +375,9 @@ FACTORS: dict[str, Factor] = {
 }
 
 
+assert all(f.low <= f.default <= f.high for f in FACTORS.values()), "a default outside its range"
+
+
 def draw_factors(variant: int | None) -> dict[str, float]:
     """The defaults, or for variant N every factor drawn from its range (seeded by N)."""
     if not variant:
@@ -327,7 +386,10 @@ def draw_factors(variant: int | None) -> dict[str, float]:
     out = {}
     for k, f in FACTORS.items():  # insertion order: a new factor appended keeps the others' draws
         u = rng.random()
-        out[k] = math.exp(math.log(f.low) + u * (math.log(f.high) - math.log(f.low))) if f.log else f.low + u * (f.high - f.low)
+        if f.log:
+            out[k] = math.exp(math.log(f.low) + u * (math.log(f.high) - math.log(f.low)))
+        else:
+            out[k] = f.low + u * (f.high - f.low)
     return out
 
 
@@ -372,6 +434,7 @@ class Model:
 
     def __init__(self, dev: Device, shape: Shape, f: Mapping[str, float]) -> None:
         self.dev, self.shape, self.f = dev, shape, f
+        self.usable = dev.total_memory_bytes * f["usable_memory"]  # above it: out of memory
 
     # -- helpers --
     def sat(self, m: float, n: float) -> float:
@@ -384,12 +447,15 @@ class Model:
         h = self.shape.n_embd
         return h / (h + self.dev.width_half * self.f["width_scale"])
 
-    def mm_rate(self, dtype: str, m: float, n: float) -> float:
-        """Achieved GEMM FLOP/s in this dtype for m x n outputs (K = the model width)."""
+    def mm_rate(self, dtype: str, m: float, n: float, head: bool = False) -> float:
+        """Achieved GEMM FLOP/s in this dtype for m x n outputs. The narrow-model penalty is the
+        blocks' (K = the width in most of their GEMMs); of the head's three GEMMs only the
+        forward has K = the width (the backward's have K = the vocabulary or the batch)."""
         if dtype == "float32":  # CUDA-core GEMMs: compute-bound at these shapes, no tile penalty
-            return self.dev.peak[dtype] * self.f["fp32_simt_eff"] * self.sat(m, n)
+            return self.dev.peak[dtype] * self.dev.fp32_eff * self.f["fp32_eff_scale"] * self.sat(m, n)
         eff = self.dev.mm_eff * self.f["mm_eff_scale"]
-        return self.dev.peak[dtype] * eff * self.width() * self.sat(m, n)
+        width = (self.width() + 2) / 3 if head else self.width()
+        return self.dev.peak[dtype] * eff * width * self.sat(m, n)
 
     # -- the step --
     def estimate(self, cfg: TrainConfig) -> Estimate:
@@ -416,7 +482,9 @@ class Model:
         gain_head = gain_blocks if head_compiled else 1.0
         t_mm_blocks = L * M * 72 * h * h / (self.mm_rate(cfg.amp_dtype, M, 2.5 * h) * gain_blocks)
         slice_m = M / chunks
-        t_mm_head = M * 6 * V * h / (self.mm_rate(cfg.amp_dtype, slice_m, V) * gain_head)
+        t_mm_head = M * 6 * V * h / (self.mm_rate(cfg.amp_dtype, slice_m, V, head=True) * gain_head)
+        if chunked:  # three GEMMs per slice, the head weight read again for each
+            t_mm_head *= 1 + f["chunked_head_slowdown"]
 
         # Attention, per block.
         bw_eager = dev.hbm_bw * f["bw_eff_eager"]
@@ -482,13 +550,15 @@ class Model:
             t_opt += params * 4 / bw_eager
 
         # Kernels per step: launches (CPU) and gaps (GPU).
-        if compiled:
-            k_block = 27 if not model_scope else 25
-            k_head = 6 + (4 * chunks if chunked else 0) if head_compiled else 14 + (8 * chunks if chunked else 0)
+        # Eager: ~62 per block (forward 22 with autocast's casts and the transposes, backward
+        # 40); compiled: ~27 (25 in one graph); the head eager ~14, compiled ~6, plus a few
+        # per loss slice; a recomputed block repeats its forward's; fused AdamW ~8.
+        k_block = (25 if model_scope else 27) if compiled else 62
+        if head_compiled:
+            k_head = 6 + (4 * chunks if chunked else 0)
         else:
-            k_block = 62
             k_head = 14 + (8 * chunks if chunked else 0)
-        kernels = L * k_block + k_head + 8 + (0 if compiled else 22 * n_ckpt)
+        kernels = L * k_block + k_head + 8 + n_ckpt * (9 if compiled else 22)
         gap = f["gap_graph_s"] if graphs else f["gap_s"]
         gpu = compute + t_opt + kernels * gap
 
@@ -503,11 +573,9 @@ class Model:
             else:
                 cpu = regions * 2 * f["compiled_call_s"] + L * k_block * f["compiled_launch_s"]
             cpu += n_ckpt * f["ckpt_hook_s"] * (0.3 if model_scope else 1.0)
-        if not head_compiled:
+        if not head_compiled:  # the head's ops, eager (and ten more per loss slice)
             cpu += 8 * f["cpu_op_fwd_s"] + 6 * f["cpu_op_bwd_s"] + (chunks * 10 * f["cpu_op_fwd_s"] if chunked else 0)
-        elif graphs:
-            cpu += 0.0
-        else:
+        elif not graphs:  # its compiled kernels' launches (a graph replays them for free)
             cpu += k_head * f["compiled_launch_s"]
         cpu += 0.3e-3  # fused AdamW + zero_grad + the loop's own bookkeeping
         if cfg.amp_dtype == "float16":
@@ -537,10 +605,20 @@ class Model:
             step = max(step, worker_time)
 
         peak = self.peak_memory(cfg, amp, compiled, head_compiled, graphs, autotune, padded, ckpt, chunks)
+        # Close to the device's memory the caching allocator frees its cache and retries
+        # (torch.cuda.memory_stats' num_alloc_retries): synchronizing cudaFree/cudaMalloc calls.
+        start = f["alloc_pressure_start"]
+        step *= 1 + f["alloc_pressure_cost"] * min(1.0, max(0.0, (peak / self.usable - start) / (1 - start)))
         parts = {
-            "mm_blocks": t_mm_blocks, "attention": t_attn * L, "elementwise": t_ew * L,
-            "recompute": t_block * f["ckpt_recompute"] * n_ckpt, "head": t_head, "optimizer": t_opt,
-            "gaps": kernels * gap, "cpu": cpu, "data_main": data_main,
+            "mm_blocks": t_mm_blocks,
+            "attention": t_attn * L,
+            "elementwise": t_ew * L,
+            "recompute": t_block * f["ckpt_recompute"] * n_ckpt,
+            "head": t_head,
+            "optimizer": t_opt,
+            "gaps": kernels * gap,
+            "cpu": cpu,
+            "data_main": data_main,
         }
         return Estimate(step, gpu, cpu_total, data_main, M * (1 - pad), pad, peak, parts)
 
@@ -607,7 +685,10 @@ class Model:
 
     # -- trial costs --
     def costs(self, cfg: TrainConfig, step: float, oom: bool, cv: float, rng: random.Random) -> dict[str, float]:
-        """process + compile + timed seconds of the trial (record_sweep.py's split)."""
+        """process + compile + timed seconds of the trial: process is the start-up (spawn,
+        imports, CUDA, model, data, workers, teardown), compile the compiler's extra warm-up
+        time, timed the timed window plus the warm-up steps (record_sweep.py counts the warm-up
+        steps in process instead; the sum, the trial's wall time, is the same)."""
         f, s = self.f, self.shape
         L = s.n_layer
         padded = cfg.batching == "padded"
@@ -639,15 +720,16 @@ class Model:
                 compile_s += f["graph_capture_s"] + 0.3 * L
             if padded:
                 compile_s *= f["dynamic_recompile"]
-            compile_s *= self.dev.cpu_speed ** 0.5 * math.exp(rng.gauss(0.0, 0.08))
+            compile_s *= self.dev.cpu_speed**0.5 * math.exp(rng.gauss(0.0, 0.08))
         process *= math.exp(rng.gauss(0.0, 0.06))
         if oom:  # it failed in the first warm-up step: the forward compiled, the backward not
             return {"process_s": process, "compile_s": 0.6 * compile_s, "timed_s": 0.0}
-        warm = RUN["warmup"] + (2 if padded else 0)  # + the extreme shapes of padded batches
-        process += warm * step
         timed = max(RUN["steps"] * step, RUN["min_time_s"])
         if cv > CV_TARGET:  # a noisy window is timed again
             timed *= 2
+        # + the warm-up steps (and one step on each extreme shape of padded batches): counted
+        # here, not in process_s, so that process_s is the configuration-independent start-up
+        timed += (RUN["warmup"] + (2 if padded else 0)) * step
         return {"process_s": process, "compile_s": compile_s, "timed_s": timed}
 
 
@@ -672,7 +754,6 @@ def build(device: str, model: str, variant: int | None = None) -> dict[str, Any]
     space = load_space(SPACE_FILE, n_layer=shape.n_layer, seq_len=shape.seq_len)
     mdl = Model(dev, shape, factors)
     name = landscape_name(device, model, variant)
-    usable = dev.total_memory_bytes * factors["usable_memory"]
     records = []
     for params, cfg in enumerate_space(space):
         d = cfg.to_dict()
@@ -687,13 +768,18 @@ def build(device: str, model: str, variant: int | None = None) -> dict[str, Any]
             continue
         rng = random.Random(f"{name}:{key}")
         est = mdl.estimate(cfg)
-        oom = est.peak_bytes > usable
-        step = est.step_s * math.exp(rng.gauss(0.0, factors["noise"]))
-        cv = step_cv(cfg, est, step, factors, rng)
+        oom = est.peak_bytes > mdl.usable
+        cv = step_cv(cfg, est, est.step_s, factors, rng)
+        # The measured mean step is off by the run-to-run noise and by the spread of the steps
+        # over the window (the loop times >= 20 steps and >= 2 s; a noisy window twice that).
+        steps = max(RUN["steps"], RUN["min_time_s"] / est.step_s) * (2 if cv > CV_TARGET else 1)
+        sigma = math.sqrt(factors["noise"] ** 2 + cv * cv / steps)
+        step = est.step_s * math.exp(rng.gauss(0.0, sigma))
         costs = mdl.costs(cfg, step, oom, cv, rng)
         if oom:
-            rec |= {"outcome": "oom", "reason": f"CUDA out of memory (modelled peak {est.peak_bytes / GIB:.1f} GiB "
-                    f"of {dev.total_memory_bytes / GIB:.1f} GiB)", "tokens_per_sec": None, "peak_memory_bytes": None}
+            reason = f"CUDA out of memory: the step needs more than the {dev.total_memory_bytes / GIB:.1f} GiB device"
+            reason += " (modelled)"
+            rec |= {"outcome": "oom", "reason": reason, "tokens_per_sec": None, "peak_memory_bytes": None}
             rec |= {"step_time_cv": None, "data_wait_fraction": None, "padding_fraction": None}
         else:
             peak = est.peak_bytes * (1 + rng.gauss(0.0, 0.002))
@@ -738,9 +824,22 @@ def build(device: str, model: str, variant: int | None = None) -> dict[str, Any]
             "variant": variant,
             "factors": factors,
             "device_model": {
-                k: v for k, v in vars(dev).items() if k in ("mm_eff", "width_half", "knee_tokens", "flash_eff",
-                                                          "hbm_bw", "cpu_speed", "context_bytes", "arch")
-            } | {"peak_flops": dict(dev.peak)},
+                k: v
+                for k, v in vars(dev).items()
+                if k
+                in (
+                    "mm_eff",
+                    "width_half",
+                    "knee_tokens",
+                    "flash_eff",
+                    "fp32_eff",
+                    "hbm_bw",
+                    "cpu_speed",
+                    "context_bytes",
+                    "arch",
+                )
+            }
+            | {"peak_flops": dict(dev.peak)},
             "note": "no GPU ran these: every figure is the analytic model of benchmarks/landscapes/README.md, "
             "with seeded noise",
         },
@@ -797,9 +896,13 @@ def memory_limit(records: Sequence[Mapping[str, Any]], quantile: float) -> int:
 def short(cfg: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     """A configuration in a few words."""
     dtype = {"float32": "fp32", "tf32": "tf32", "float16": "fp16", "bfloat16": "bf16"}[cfg["amp_dtype"]]
-    mode = {"none": "eager", "default": "default", "max-autotune-no-cudagraphs": "autotune", "reduce-overhead": "graphs"}[
-        cfg["compile_mode"]
-    ]
+    modes = {
+        "none": "eager",
+        "default": "default",
+        "max-autotune-no-cudagraphs": "autotune",
+        "reduce-overhead": "graphs",
+    }
+    mode = modes[cfg["compile_mode"]]
     comp = mode if mode == "eager" else f"{mode}/{cfg['compile_scope']}"
     workers = f"w{cfg['num_workers']}" + ("p" if cfg["pin_memory"] else "")
     return (
@@ -842,16 +945,46 @@ def print_summary(summaries: Iterable[Mapping[str, Any]]) -> None:
     for s in summaries:
         b = s["best"]
         rows.append(
-            [s["name"], s["n"], s["ok"], s["oom"], s["unsupported"], "none", f"{b['tokens_per_sec']:,.0f}",
-             f"{b['peak'] / GIB:.1f}", b["within"], b["config"]]
+            [
+                s["name"],
+                s["n"],
+                s["ok"],
+                s["oom"],
+                s["unsupported"],
+                "none",
+                f"{b['tokens_per_sec']:,.0f}",
+                f"{b['peak'] / GIB:.1f}",
+                b["within"],
+                b["config"],
+            ]
         )
         for q, e in s["limits"].items():
             rows.append(
-                ["", "", "", "", "", f"q{q}: {e['limit'] / GIB:.1f} GiB", f"{e['tokens_per_sec']:,.0f}",
-                 f"{e['peak'] / GIB:.1f}", e["within"], e["config"]]
+                [
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    f"q{q}: {e['limit'] / GIB:.1f} GiB",
+                    f"{e['tokens_per_sec']:,.0f}",
+                    f"{e['peak'] / GIB:.1f}",
+                    e["within"],
+                    e["config"],
+                ]
             )
-    headers = ["landscape", "configs", "ok", "oom", "unsupp.", "memory limit", "best tok/s", "peak GiB", "within 3 %",
-               "best configuration (budget batching dtype sdpa compile loss ckpt workers)"]
+    headers = [
+        "landscape",
+        "configs",
+        "ok",
+        "oom",
+        "unsupp.",
+        "memory limit",
+        "best tok/s",
+        "peak GiB",
+        "within 3 %",
+        "best configuration (budget batching dtype sdpa compile loss ckpt workers)",
+    ]
     print(_common.md_table(headers, rows))
 
 
@@ -865,7 +998,10 @@ def check_replay(path: Path) -> str:
     assert len(sweep.table) == len(data["configurations"]), "duplicate configuration keys"
     for q in QUANTILES:
         assert _replay.memory_limit(sweep.records, q) == memory_limit(data["configurations"], q)
-    return f"{path.name}: {len(sweep.table)} configurations, space {sweep.space.source} loads"
+    return (
+        f"{path.name}: _replay.Sweep.from_dict loads it ({len(sweep.table)} configurations by key, "
+        f"the space bound to {sweep.space.n_layer} blocks)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

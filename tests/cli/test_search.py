@@ -75,12 +75,13 @@ def test_search_writes_study_and_recipe(searched, monkeypatch):
     assert max(c.mean for c in remeasured) == next(c.mean for c in remeasured if c.number == best.number)
     assert f"best: trial #{best.number}" in out
     recipe = Recipe.load(where / "recipes" / f"{STUDY}.json")
-    assert recipe.config == TrainConfig.from_dict(best.user_attrs["config"])
+    assert recipe.config == TrainConfig.from_dict(best.config)
     assert recipe.study["name"] == STUDY and recipe.study["trial"] == best.number
     # the winner's curse: the best was measured once more, and the recipe reports the mean of its runs
     confirmation = attrs[f"confirmation:{best.number}"]
     assert confirmation["outcome"] == "ok" and confirmation["tokens_per_sec"] > 0
-    runs = [best.user_attrs["tokens_per_sec"], confirmation["tokens_per_sec"]]
+    runs = [best.tokens_per_sec, confirmation["tokens_per_sec"]]
+    assert best.figure == pytest.approx(sum(runs) / 2)  # what show, compare and report print
     assert recipe.measured["tokens_per_sec_runs"] == pytest.approx(runs)
     assert recipe.measured["tokens_per_sec"] == pytest.approx(sum(runs) / 2)
     assert recipe.reference_speedups["baseline"] == pytest.approx(summary.speedup(summary.baseline))

@@ -46,7 +46,7 @@ def test_export_study_writes_the_best_recipe(searched, monkeypatch):
     assert result.stdout.strip() == "wrote out.json"
     best = summarize(load_study(STUDY, None)).best
     exported = Recipe.load(where / "out.json")
-    assert exported.config == TrainConfig.from_dict(best.user_attrs["config"])
+    assert exported.config == TrainConfig.from_dict(best.config)
     assert exported.config == Recipe.load(where / "recipes" / f"{STUDY}.json").config
     assert exported.study["trial"] == best.number
 

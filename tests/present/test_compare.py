@@ -55,7 +55,7 @@ def test_compare_importance_and_fallback(studies):
     assert b.importance.values is None and "too few trials" in b.importance.note
     assert a.importance.values is None and a.importance.n_trials <= 3
     # with enough searched trials the knobs are ranked (the synthetic GPU study's 20)
-    gpu = knob_importance(synthetic_study("sqlite:///:memory:").trials)
+    gpu = knob_importance(synthetic_study("sqlite:///:memory:"))
     assert gpu.values and abs(sum(gpu.values.values()) - 1) < 1e-6 and gpu.note is None
     assert set(gpu.values) <= set(DISTS)
 
@@ -87,6 +87,7 @@ def test_compare_json_and_markdown(studies):
         "trial",
         "config",
         "tokens_per_sec",
+        "tokens_per_sec_runs",
         "tokens_per_sec_ci95",
         "joules_per_token",
         "energy_note",
@@ -110,9 +111,9 @@ def test_cross_application(studies):
     by_pair = {(c.source, c.target): c for c in comp.cross}
     for view, other in (comp.views, comp.views[::-1]):
         result = by_pair[(view.label, other.label)]
-        best = view.summary.best.user_attrs["config"]
+        best = view.summary.best.config
         assert result.source_trial == view.summary.best.number
-        there = other.summary.trials[result.trial].user_attrs["config"]
+        there = other.summary.trials[result.trial].config
         if result.match == "exact":
             assert there == best and result.differs == []
             assert "same configuration" in result.text()
@@ -121,8 +122,8 @@ def test_cross_application(studies):
             assert [k for k in best if best[k] != there[k]] == result.differs
             assert f"nearest: #{result.trial}, differs in {', '.join(result.differs)}" in result.text()
             # no measured trial there is closer
-            measured = [t for t in other.summary.trials if t.user_attrs.get("outcome") in ("ok", "over_memory_limit")]
-            closest = min(sum(best[k] != t.user_attrs["config"][k] for k in best) for t in measured)
+            measured = [t for t in other.summary.trials if t.measured]
+            closest = min(sum(best[k] != t.config[k] for k in best) for t in measured)
             assert len(result.differs) == closest
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import optuna
+
 from autotune.config import TrainConfig
 from autotune.measure.measurement import Measurement
 from autotune.present.summaries import best_table, format_measurement
 from autotune.present.text import energy_text, rate_with_interval
 from autotune.study.leaders import Candidate
+from autotune.study.record import TrialRecord
 
 
 def measurement(**figures) -> Measurement:
@@ -41,10 +44,11 @@ def test_bench_text_gives_the_interval_and_the_energy_or_why_not():
 
 
 def test_the_best_table_lists_the_remeasured_leaders_and_marks_the_best_mean():
-    trial = SimpleNamespace(
-        number=4,
-        user_attrs={"config": TrainConfig().to_dict(), "measurement": measurement().to_dict()},
+    frozen = optuna.trial.create_trial(
+        value=1000.0, user_attrs={"config": TrainConfig().to_dict(), "measurement": measurement().to_dict()}
     )
+    frozen.number = 4
+    trial = TrialRecord.read(frozen)
     leaders = [
         Candidate(1, 1050.0, remeasured=True, second=960.0),
         Candidate(4, 1000.0, remeasured=True, second=1080.0),

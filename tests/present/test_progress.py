@@ -7,8 +7,11 @@ import io
 import sys
 from types import SimpleNamespace
 
+import optuna
+
 from autotune.config import TrainConfig
 from autotune.present.progress import SearchProgress, format_duration
+from autotune.study.record import TrialRecord
 
 CONFIG = TrainConfig().to_dict()
 
@@ -37,7 +40,9 @@ def trial(number: int, tps: float, *, unstable: bool = False):
         "peak_memory_bytes": 2**28,
         "measurement": measurement,
     }
-    return SimpleNamespace(number=number, user_attrs=attrs, state=SimpleNamespace(name="COMPLETE"))
+    frozen = optuna.trial.create_trial(value=tps, user_attrs=attrs)
+    frozen.number = number
+    return TrialRecord.read(frozen)
 
 
 def test_durations():
@@ -85,11 +90,11 @@ def test_an_unstable_best_is_flagged():
 
 
 def test_without_a_terminal_an_opening_line_then_one_per_trial(monkeypatch):
-    from autotune.cli.search import _ProgressReporter
+    from autotune.present.progress import TerminalProgress
 
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
-    reporter = _ProgressReporter(2, quiet=False, timeout_s=600, what="gpt2-tiny on cpu")
+    reporter = TerminalProgress(2, quiet=False, timeout_s=600, what="gpt2-tiny on cpu")
     assert err.getvalue() == ""  # until the search is validated: a refused one prints its error alone
     for number, tps in ((0, 100.0), (1, 300.0)):
         reporter.trial_started(number, TrainConfig())
@@ -104,7 +109,7 @@ def test_without_a_terminal_an_opening_line_then_one_per_trial(monkeypatch):
 
 
 def test_on_a_terminal_a_live_line_from_the_first_second(monkeypatch):
-    from autotune.cli.search import _ProgressReporter
+    from autotune.present.progress import TerminalProgress
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
@@ -112,7 +117,7 @@ def test_on_a_terminal_a_live_line_from_the_first_second(monkeypatch):
 
     err = Tty()
     monkeypatch.setattr(sys, "stderr", err)
-    reporter = _ProgressReporter(3, quiet=False)
+    reporter = TerminalProgress(3, quiet=False)
     assert err.getvalue().startswith("\r\x1b[Kpreparing")  # drawn at once, before any trial
     reporter.trial_started(0, TrainConfig())
     assert "trial 1/3 (#0, 0:00)" in err.getvalue()
@@ -123,11 +128,11 @@ def test_on_a_terminal_a_live_line_from_the_first_second(monkeypatch):
 
 
 def test_quiet_prints_nothing(monkeypatch):
-    from autotune.cli.search import _ProgressReporter
+    from autotune.present.progress import TerminalProgress
 
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
-    reporter = _ProgressReporter(2, quiet=True)
+    reporter = TerminalProgress(2, quiet=True)
     reporter.trial_started(0, TrainConfig())
     reporter.trial_finished(trial(0, 1.0), SimpleNamespace(best=None))
     reporter.close()

@@ -38,7 +38,7 @@ def test_report_of_a_real_study(studies, tmp_path):
     html = (out / "index.html").read_text()
     best = summarize(load_ref(str(studies / "a.db"))).best
     assert f"Best configuration (trial #{best.number})" in html
-    for knob in best.user_attrs["config"]:
+    for knob in best.config:
         assert f"<td>{knob}</td>" in html
     assert "<h2>Outcomes</h2>" in html and "autotune dashboard --study a" in html
 

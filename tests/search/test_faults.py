@@ -10,8 +10,9 @@ from optuna.trial import TrialState
 
 from autotune.measure import outcomes
 from autotune.search.run import prepare, run_search
+from autotune.study.record import TrialRecord
 from autotune.study.storage import load_study
-from autotune.study.summary import is_feasible_ok, summarize
+from autotune.study.summary import summarize
 from tests.helpers import (
     FAST,
     FINISHED,
@@ -94,7 +95,7 @@ def test_over_memory_limit_is_infeasible_and_never_best(workdir):
     small, large = study.trials
     assert small.state == TrialState.COMPLETE and small.user_attrs["outcome"] == "ok", small.user_attrs
     assert small.user_attrs["peak_memory_bytes"] < HOG_LIMIT
-    assert small.constraints["memory"] < 0 and is_feasible_ok(small)
+    assert small.constraints["memory"] < 0 and TrialRecord.read(small).feasible
     assert large.state == TrialState.COMPLETE and large.user_attrs["outcome"] == "over_memory_limit", large.user_attrs
     peak = large.user_attrs["peak_memory_bytes"]
     assert HOG_LIMIT < peak < 1.5 * HOG_LIMIT
@@ -103,11 +104,13 @@ def test_over_memory_limit_is_infeasible_and_never_best(workdir):
         == pytest.approx((peak - HOG_LIMIT * (1 - outcomes.DEFAULT_MEMORY_HEADROOM)) / HOG_LIMIT)
         and large.constraints["memory"] > 0
     )
+    feasible_peak = outcomes.feasible_peak_bytes(HOG_LIMIT, outcomes.DEFAULT_MEMORY_HEADROOM)
     assert large.user_attrs["reason"] == (
-        f"peak memory {outcomes.format_bytes(peak)} is above the limit {outcomes.format_bytes(HOG_LIMIT)}"
+        f"peak memory {outcomes.format_bytes(peak)} is above the limit {outcomes.format_bytes(HOG_LIMIT)} "
+        f"less 5% headroom ({outcomes.format_bytes(feasible_peak)})"
     )
     assert large.value == large.user_attrs["tokens_per_sec"] > 0  # measured: TPE learns from it
-    assert not is_feasible_ok(large)
+    assert not TrialRecord.read(large).feasible
     summary = summarize(study)
     assert summary.best.number == small.number
     assert summary.counts == {"ok": 1, "over_memory_limit": 1}

@@ -104,7 +104,7 @@ def test_an_unstable_best_is_flagged_in_its_line_the_summary_and_the_recipe(in_t
     study = make_study(url, "s")
     summary = summarize(study)
     best = summary.best
-    assert best.user_attrs["tokens_per_sec"] == 3180.0
+    assert best.tokens_per_sec == 3180.0
     assert trial_line(best).endswith("UNSTABLE (step time CV 31.8%)")
     assert "UNSTABLE" not in trial_line(summary.baseline)
     table = best_table(summary)
@@ -143,7 +143,7 @@ def test_compare_and_report_flag_an_unstable_best(in_tmp):
     assert row.count("(unstable)") == 1
     study = optuna.load_study(study_name="a", storage=f"sqlite:///{in_tmp / 'a.db'}")
     summary = summarize(study)
-    cells = [c for s in report_sections(study, summary, knob_importance(summary.trials)) for r in s.rows for c in r]
+    cells = [c for s in report_sections(study, summary, knob_importance(study)) for r in s.rows for c in r]
     assert "3,180 (unstable)" in cells
 
 

@@ -41,7 +41,7 @@ def test_warm_start_runs_the_other_studys_best_first(compare_studies):
     # so a's best searched configuration is found in b as the same configuration, trial 2
     comp = load_comparison([str(studies / "a.db"), str(studies / "b.db")])
     a_view, b_view = comp.views
-    best_searched = dataclasses.replace(a_view.summary, best=a.trials[expected[0][0]])
+    best_searched = dataclasses.replace(a_view.summary, best=a_view.summary.trial(expected[0][0]))
     cross = cross_apply(dataclasses.replace(a_view, summary=best_searched), b_view)
     assert (cross.source_trial, cross.match, cross.trial) == (expected[0][0], "exact", 2)
     # and the comparison applies a's best, whichever trial it is, to b
@@ -55,11 +55,7 @@ def test_warm_start_skips_what_cannot_run_here(studies, tmp_path, caplog):
     volta = dataclasses.replace(ctx, device=DeviceInfo(kind="cuda", name="Tesla V100", compute_capability="7.0"))
     source = load_ref(str(studies / "a.db"))
     candidates = warm_start_candidates(source, 5)
-    runnable = [
-        t
-        for t in candidates
-        if t.user_attrs["config"]["amp_dtype"] == "float32" and t.user_attrs["config"]["sdpa_backend"] != "flash"
-    ]
+    runnable = [t for t in candidates if t.config["amp_dtype"] == "float32" and t.config["sdpa_backend"] != "flash"]
     study = optuna.create_study(direction="maximize")
     with caplog.at_level(logging.INFO, logger="autotune.search.warm_start"):
         n = enqueue_warm_start(study, str(studies / "a.db"), volta)

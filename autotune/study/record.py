@@ -1,0 +1,266 @@
+"""One trial of a study as a typed record, read from an Optuna `FrozenTrial` in one place
+(`TrialRecord.read`) and written in one place (`write_result`, `write_skipped`, `write_stopped`).
+
+A trial's user attrs are its record on disk: readable names and plain JSON values, so that
+optuna-dashboard shows them as they are. Every reader of a study (the summary, `show`,
+`compare`, `report`, a warm start, the memory model, the recipe) reads them through this type,
+and decides feasibility by one rule (`TrialRecord.feasible`):
+
+    feasible  =  COMPLETE, outcome ok, and a memory constraint <= 0 where one is recorded
+
+The outcome of a measured run is decided against the limit less the study's headroom (what a
+feasible worst-case peak may be), so `ok` and feasible say the same thing. A study recorded
+before that rule judged `ok` against the raw limit; such a trial whose constraint says it is
+over the limit less the headroom reads back as `over_memory_limit`, with the reason.
+
+The figure a presenter shows for a trial is its `figure`: the mean of its runs once its
+re-measurement (the confirmation run, a study attr) reproduced it, else its single run; that is
+what the recipe records. `single_tokens_per_sec` is the trial's own run, shown beside it where
+they differ. Torch-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.config import normalize_config_dict
+from autotune.measure import outcomes
+from autotune.measure.measurement import Measurement
+from autotune.measure.outcomes import Outcome
+from autotune.study.references import REFERENCE_ATTR
+
+if TYPE_CHECKING:
+    import optuna
+
+# The user attrs of a trial, by name: what the objective writes and every reader reads.
+OUTCOME, REASON, CONFIG, MEASUREMENT = "outcome", "reason", "config", "measurement"
+TOKENS_PER_SEC, PEAK, CI95, JOULES = "tokens_per_sec", "peak_memory_bytes", "tokens_per_sec_ci95", "joules_per_token"
+PHASE_S, WALL_S = "phase_s", "wall_s"
+DUPLICATE_OF = "duplicate_of"  # a re-proposed configuration: its outcome copied from this trial
+PREDICTED_PEAK, MEMORY_BASIS, MEMORY_BASIS_TRIALS = (
+    "predicted_peak_memory_bytes",
+    "memory_basis",
+    "memory_basis_trials",
+)
+PROPOSED_BY = "proposed_by"  # which stage of the search proposed it (search.plan); absent: the sampler
+EXPERT_START = "expert_start"  # older studies: the expert-start trial's label
+HOST, TUNER_PID, TRIAL_PID, DEVICE_UUID = "host", "tuner_pid", "trial_pid", "device_uuid"
+REASON_LIMIT = 4000  # characters of a reason kept in storage
+MEMORY = "memory"  # the name of the memory constraint
+
+# A trial's re-measurement is a study attr (a trial's own attrs cannot change once it is done).
+CONFIRMATION_PREFIX = "confirmation:"
+
+
+def confirmation_key(trial_number: int) -> str:
+    """The study attr holding the re-measurement of this trial."""
+    return f"{CONFIRMATION_PREFIX}{trial_number}"
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A trial's configuration measured once more, in a fresh process (`search.confirm`)."""
+
+    outcome: Outcome | None
+    tokens_per_sec: float | None = None
+    tokens_per_sec_ci95: list[float] | None = None
+    joules_per_token: float | None = None
+    peak_memory_bytes: int | None = None
+
+    @property
+    def reproduced(self) -> bool:
+        return self.outcome is Outcome.OK and bool(self.tokens_per_sec)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            OUTCOME: self.outcome,
+            TOKENS_PER_SEC: self.tokens_per_sec,
+            CI95: self.tokens_per_sec_ci95,
+            JOULES: self.joules_per_token,
+            PEAK: self.peak_memory_bytes,
+        }
+
+    @classmethod
+    def read(cls, data: Any) -> "Confirmation | None":
+        if not isinstance(data, Mapping):
+            return None
+        return cls(
+            Outcome.read(data.get(OUTCOME)),
+            _number(data.get(TOKENS_PER_SEC)),
+            data.get(CI95) if isinstance(data.get(CI95), list) else None,
+            _number(data.get(JOULES)),
+            _integer(data.get(PEAK)),
+        )
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """A finished (or running) trial, as the tuner recorded it."""
+
+    number: int
+    state: TrialState
+    outcome: Outcome | None  # None: still running, or a trial autotune did not write
+    reason: str | None = None
+    config: dict[str, Any] | None = None  # knob values (TrainConfig.to_dict(), normalized)
+    measurement: Measurement | None = None
+    value: float | None = None  # Optuna's value: the objective's figure
+    memory_constraint: float | None = None  # <= 0 feasible (outcomes.memory_constraint)
+    tokens_per_sec: float | None = None  # this trial's own run
+    peak_memory_bytes: int | None = None
+    reference: str | None = None  # baseline, checklist
+    proposed_by: str | None = None  # the search stage that proposed it; None: the sampler
+    duplicate_of: int | None = None
+    predicted_peak_memory_bytes: int | None = None
+    memory_basis: str | None = None
+    wall_s: float | None = None
+    phase_s: dict[str, float] = field(default_factory=dict)
+    confirmation: Confirmation | None = None
+    host: str | None = None
+    tuner_pid: int | None = None
+
+    @classmethod
+    def read(cls, trial: FrozenTrial, study_attrs: Mapping[str, Any] | None = None) -> "TrialRecord":
+        """The record of `trial`; `study_attrs` (the study's) give its confirmation run."""
+        a = trial.user_attrs
+        config = a.get(CONFIG)
+        config = normalize_config_dict(config) if isinstance(config, Mapping) else None
+        stored = a.get(MEASUREMENT)
+        measurement = None
+        if isinstance(stored, Mapping) and stored:
+            # What the trial itself records stands in for keys an older or partial record lacks.
+            known = {CONFIG: config or {}, OUTCOME: a.get(OUTCOME) or "unknown"}
+            measurement = Measurement.from_dict({**known, **stored})
+        outcome, reason = Outcome.read(a.get(OUTCOME)), a.get(REASON)
+        constraint = (trial.constraints or {}).get(MEMORY) if trial.constraints else None
+        if constraint is None and trial.constraints:
+            constraint = max(trial.constraints.values())
+        if outcome is Outcome.OK and constraint is not None and constraint > 0:
+            # Judged against the raw limit by an older autotune; over the limit less the headroom.
+            outcome = Outcome.OVER_MEMORY_LIMIT
+            reason = reason or "peak memory above the study's limit less its headroom (judged ok by an older autotune)"
+        proposed = a.get(PROPOSED_BY) or (a.get(EXPERT_START) and "expert_start") or None
+        return cls(
+            number=trial.number,
+            state=trial.state,
+            outcome=outcome,
+            reason=reason if isinstance(reason, str) else None,
+            config=config,
+            measurement=measurement,
+            value=trial.value if trial.state is TrialState.COMPLETE else None,
+            memory_constraint=constraint,
+            tokens_per_sec=_number(a.get(TOKENS_PER_SEC)),
+            peak_memory_bytes=_integer(a.get(PEAK)),
+            reference=a.get(REFERENCE_ATTR) if isinstance(a.get(REFERENCE_ATTR), str) else None,
+            proposed_by=proposed if isinstance(proposed, str) else None,
+            duplicate_of=_integer(a.get(DUPLICATE_OF)),
+            predicted_peak_memory_bytes=_integer(a.get(PREDICTED_PEAK)),
+            memory_basis=a.get(MEMORY_BASIS) if isinstance(a.get(MEMORY_BASIS), str) else None,
+            wall_s=_number(a.get(WALL_S)),
+            phase_s=dict(a.get(PHASE_S)) if isinstance(a.get(PHASE_S), Mapping) else {},
+            confirmation=Confirmation.read((study_attrs or {}).get(confirmation_key(trial.number))),
+            host=a.get(HOST) if isinstance(a.get(HOST), str) else None,
+            tuner_pid=_integer(a.get(TUNER_PID)),
+        )
+
+    # --- the one feasibility rule, and what a trial says -----------------------------------------
+
+    @property
+    def feasible(self) -> bool:
+        """Measured, fits the limit less the headroom, and trained: it may be the best."""
+        return (
+            self.state is TrialState.COMPLETE
+            and self.outcome is Outcome.OK
+            and (self.memory_constraint is None or self.memory_constraint <= 0)
+        )
+
+    @property
+    def measured(self) -> bool:
+        """It ran to the end of a timed window and has a throughput (it may not fit)."""
+        return self.outcome in outcomes.MEASURED and self.tokens_per_sec is not None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+    @property
+    def unstable(self) -> bool:
+        return bool(self.measurement and self.measurement.unstable)
+
+    @property
+    def step_time_cv(self) -> float | None:
+        return self.measurement.step_time_cv if self.measurement else None
+
+    @property
+    def runs(self) -> tuple[float, ...]:
+        """Its tokens/s: its own run, then its re-measurement where that reproduced it."""
+        if self.tokens_per_sec is None:
+            return ()
+        if self.confirmation is not None and self.confirmation.reproduced:
+            return (self.tokens_per_sec, float(self.confirmation.tokens_per_sec))
+        return (self.tokens_per_sec,)
+
+    @property
+    def figure(self) -> float | None:
+        """The tokens/s a presenter shows and the recipe records: the mean of its runs."""
+        runs = self.runs
+        return sum(runs) / len(runs) if runs else None
+
+    @property
+    def confirmed(self) -> bool:
+        return len(self.runs) > 1
+
+    @property
+    def label(self) -> str:
+        """How a table names it: #N, with what proposed it."""
+        by = self.reference or self.proposed_by
+        return f"#{self.number}" + (f" ({by})" if by else "")
+
+
+def read_trials(study: "optuna.Study") -> list[TrialRecord]:
+    """Every trial of `study`, as records, in trial order."""
+    attrs = study.user_attrs
+    return [TrialRecord.read(t, attrs) for t in study.get_trials(deepcopy=False)]
+
+
+# --- writing: what a trial's attrs say, in one place -----------------------------------------------
+
+
+def write_result(trial: "optuna.Trial", outcome: Outcome, reason: str | None, measurement: Any, **timing: Any) -> None:
+    """A trial that ran (or was reused): its outcome, reason, figures and timing."""
+    trial.set_user_attr(OUTCOME, outcome)
+    if reason:
+        trial.set_user_attr(REASON, reason[:REASON_LIMIT])
+    if measurement is not None:
+        trial.set_user_attr(MEASUREMENT, measurement.to_dict())
+        trial.set_user_attr(TOKENS_PER_SEC, measurement.tokens_per_sec)
+        trial.set_user_attr(CI95, measurement.tokens_per_sec_ci95)
+        trial.set_user_attr(JOULES, measurement.joules_per_token)
+        trial.set_user_attr(PEAK, measurement.peak_memory_bytes)
+    if timing.get("phase_s"):
+        trial.set_user_attr(PHASE_S, timing["phase_s"])
+        trial.set_user_attr(WALL_S, timing.get("wall_s"))
+
+
+def write_skipped(trial: "optuna.Trial", reason: str, predicted_peak: int, basis: str, basis_trials: Any) -> None:
+    """A configuration not run: the memory model predicts it over the limit."""
+    trial.set_user_attr(OUTCOME, Outcome.PREDICTED_OVER_LIMIT)
+    trial.set_user_attr(REASON, reason[:REASON_LIMIT])
+    trial.set_user_attr(PREDICTED_PEAK, predicted_peak)
+    trial.set_user_attr(MEMORY_BASIS, basis[:REASON_LIMIT])
+    trial.set_user_attr(MEMORY_BASIS_TRIALS, list(basis_trials))
+
+
+def write_stopped(trial: "optuna.Trial", outcome: Outcome, reason: str) -> None:
+    """A trial that ended without figures (interrupted): its outcome and why."""
+    trial.set_user_attr(OUTCOME, outcome)
+    trial.set_user_attr(REASON, reason[:REASON_LIMIT])
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _integer(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

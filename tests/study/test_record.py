@@ -1,0 +1,119 @@
+"""The typed trial record: one reader, one feasibility rule, and the figure every presenter shows
+(the confirmed mean the recipe records, the single run beside it)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.config import TrainConfig
+from autotune.measure import outcomes
+from autotune.measure.outcomes import Outcome
+from autotune.present.compare import Comparison, comparison_text, view_study
+from autotune.present.report import report_sections
+from autotune.present.summaries import show_json, show_text, trial_line
+from autotune.recipe.from_study import recipe_from_trial
+from autotune.study.record import Confirmation, TrialRecord, confirmation_key
+from autotune.study.summary import summarize
+
+LIMIT = 1000 * 2**20
+HEADROOM = 0.05
+
+
+def add(study, *, tps, peak, outcome="ok", constraint=None, **config):
+    cfg = TrainConfig(**config).to_dict()
+    measurement = {"config": cfg, "outcome": outcome, "tokens_per_sec": tps, "peak_memory_bytes": peak}
+    frozen = optuna.trial.create_trial(
+        value=tps,
+        user_attrs={
+            "outcome": outcome,
+            "config": cfg,
+            "tokens_per_sec": tps,
+            "peak_memory_bytes": peak,
+            "measurement": measurement,
+        },
+        constraints={
+            "memory": constraint if constraint is not None else outcomes.memory_constraint(peak, LIMIT, HEADROOM)
+        },
+    )
+    study.add_trial(frozen)
+    return study.trials[-1]
+
+
+def a_study():
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("memory_limit_bytes", LIMIT)
+    study.set_user_attr("memory_headroom", HEADROOM)
+    study.set_user_attr("hardware", {"kind": "cpu", "name": "a CPU"})
+    study.set_user_attr("model", "gpt2-tiny")
+    return study
+
+
+def test_a_peak_within_the_limit_but_not_the_headroom_is_over_the_limit_in_the_run_and_the_study():
+    """One rule: the run decides against the limit less the headroom, so ok means feasible."""
+    peak = int(0.97 * LIMIT)
+    outcome, reason = outcomes.decide_measured(peak, LIMIT, headroom=HEADROOM)
+    assert outcome is Outcome.OVER_MEMORY_LIMIT and "less 5% headroom" in reason
+    assert outcomes.decide_measured(int(0.94 * LIMIT), LIMIT, headroom=HEADROOM) == (Outcome.OK, None)
+    assert outcomes.memory_constraint(peak, LIMIT, HEADROOM) > 0
+
+
+def test_an_older_ok_trial_over_the_headroom_reads_as_over_the_limit():
+    """A study from before the rule recorded `ok` against the raw limit: read back, it is over."""
+    study = a_study()
+    add(study, tps=2000.0, peak=int(0.97 * LIMIT), batching="packed")
+    add(study, tps=1000.0, peak=int(0.5 * LIMIT))
+    old, fits = (TrialRecord.read(t) for t in study.trials)
+    assert old.outcome is Outcome.OVER_MEMORY_LIMIT and not old.feasible and old.reason
+    assert fits.outcome is Outcome.OK and fits.feasible
+    summary = summarize(study)
+    assert summary.best.number == fits.number
+    assert summary.counts == {"over_memory_limit": 1, "ok": 1}
+    # the report's history plot and memory plot agree with the summary on which fits
+    rows = {r[0]: r for s in report_sections(study, summary, _no_importance()) for r in s.rows}
+    assert rows[f"#{fits.number} (best)"][1] == "ok"
+
+
+def test_every_presenter_shows_the_confirmed_mean_and_points_at_the_recipes_trial():
+    study = a_study()
+    lucky = add(study, tps=1300.0, peak=int(0.5 * LIMIT), num_workers=0)
+    steady = add(study, tps=1200.0, peak=int(0.5 * LIMIT), batching="packed")
+    study.set_user_attr(confirmation_key(lucky.number), Confirmation(Outcome.OK, 900.0).to_dict())
+    study.set_user_attr(confirmation_key(steady.number), Confirmation(Outcome.OK, 1180.0).to_dict())
+    summary = summarize(study)
+    best = summary.best
+    assert best.number == steady.number  # the best mean, not the best single run
+    assert best.runs == (1200.0, 1180.0) and best.figure == pytest.approx(1190.0)
+    recipe = recipe_from_trial(summary, study.user_attrs, "s", "sqlite://")
+    assert recipe.study["trial"] == best.number and recipe.measured["tokens_per_sec"] == pytest.approx(1190.0)
+    # show: the recipe's figure, with its runs; the best listed first
+    text = show_text(study, summary, 10)
+    first = text.splitlines()[3]
+    assert first.startswith(f"#{steady.number} ") and "1,190 (mean of 1,200/1,180)" in first
+    assert show_json(study, summary)["best"]["tokens_per_sec"] == pytest.approx(1190.0)
+    assert "1,100 (mean of 1,300/900)" in trial_line(summary.trial(lucky.number))
+    # compare: the same figure
+    comp = Comparison([view_study(study, "s")], [], [], [])
+    assert "1,190" in comparison_text(comp)
+    # report: its best section and its top trials point at the recipe's trial
+    sections = {s.title: s for s in report_sections(study, summary, _no_importance())}
+    assert f"Best configuration (trial #{best.number})" in sections
+    top = sections["Top trials"].rows[0]
+    assert top[0] == f"#{best.number} (best)" and top[2].startswith("1,190")
+
+
+def test_outcomes_are_an_enum_that_reads_and_writes_as_their_names():
+    assert Outcome.read("ok") is Outcome.OK and f"{Outcome.OOM}" == "oom"
+    assert Outcome.read("no such outcome") is None and Outcome.read(None) is None
+    study = optuna.create_study()
+    trial = study.ask()
+    trial.set_user_attr("outcome", Outcome.DIVERGED)
+    study.tell(trial, state=TrialState.PRUNED)
+    assert TrialRecord.read(study.trials[0]).outcome is Outcome.DIVERGED
+
+
+def _no_importance():
+    from autotune.present.importance import Importance
+
+    return Importance(None, 0, "none")
