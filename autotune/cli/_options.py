@@ -108,3 +108,61 @@ study_options = _stack(
     click.option("--storage", default=None, help="Optuna storage URL or a .db / .journal path."),
 )
 """Which stored study: show, export, report, dashboard."""
+
+
+def settings_options(settings_cls: Any) -> Callable[[Callable], Callable]:
+    """The click options of every field of a settings dataclass (`search.settings.SearchSettings`),
+    each made from the `Option` in its metadata, in declaration order; the command receives them
+    by field name (`settings_cls.from_options(values)`)."""
+    return _stack(*(_click_option(name, option, default) for name, option, default in settings_cls.options()))
+
+
+def _click_option(name: str, option: Any, default: Any) -> Callable:
+    common = {"help": option.help, "hidden": option.hidden}
+    if option.kind == "flag":
+        return click.option(option.flag, name, is_flag=True, default=False, **common)
+    if option.kind == "off":
+        return click.option(option.flag, name, flag_value=False, default=True, **common)
+    types = {
+        "text": None,
+        "int": _AtLeast(option.minimum) if option.minimum is not None else int,
+        "float": float,
+        "size": MEMORY_SIZE,
+        "duration": DURATION,
+        "fraction": FRACTION,
+        "choice": click.Choice(list(option.choices)),
+    }
+    return click.option(
+        option.flag,
+        name,
+        type=types[option.kind],
+        default=default,
+        show_default=option.show_default,
+        envvar=option.envvar,
+        show_envvar=option.envvar is not None,
+        metavar=option.metavar,
+        **common,
+    )
+
+
+class _AtLeast(click.ParamType):
+    """An integer of at least `minimum`: "Invalid value for --n-trials: must be at least 1"."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            if len(text) > 40 or not text.lstrip("+-").isdigit():
+                self.fail(f"{text[:40]!r} is not an integer", param, ctx)
+            number = int(text)
+        if number < self.minimum:
+            raise click.BadParameter(
+                f"must be at least {self.minimum}", ctx=ctx, param_hint=param.opts[0] if param else None
+            )
+        return number

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import IO, Sequence
 
 from autotune.errors import UsageError
+from autotune.search.settings import worker_argv
 from autotune.trial.processes import death_signal_setter, stop_signals_recorded
 
 log = logging.getLogger(__name__)
@@ -130,49 +131,12 @@ def worker_command(
     timeout), so no worker can differ from the others by computing a default on its own.
     The storage URL is not here: it goes in the environment (see worker_env)."""
     cmd = [sys.executable, "-m", "autotune"] + (["-v"] if verbose else []) + ["search", "--worker"]
-    cmd += [
-        "--model",
-        settings.model,
-        "--device",
-        "cuda:0",
-        "--data",
-        settings.data,
-        "--study",
-        study,
-        "--memory-limit",
-        str(memory_limit_bytes),
-        "--trial-timeout",
-        f"{trial_timeout_s:g}s",
-        "--warmup",
-        str(settings.warmup),
-        "--steps",
-        str(settings.steps),
-        "--min-time",
-        str(settings.min_time_s),
-        "--seed",
-        str(settings.seed),
-    ]
+    # What the parent resolved for all workers alike, then every setting the parent was given.
+    cmd += ["--device", "cuda:0", "--study", study, "--memory-limit", str(memory_limit_bytes)]
+    cmd += ["--trial-timeout", f"{trial_timeout_s:g}s"]
     if n_trials is not None:
         cmd += ["--n-trials", str(n_trials)]
-    # The study's rules of this run: every worker skips, stops and samples alike.
-    if settings.until_converged:
-        cmd.append("--until-converged")
-    if not settings.memory_model:
-        cmd.append("--no-memory-model")
-    if not settings.confirm:
-        cmd.append("--no-confirm")
-    if settings.space:
-        cmd += ["--space", str(settings.space)]
-    if settings.seq_len is not None:
-        cmd += ["--seq-len", str(settings.seq_len)]
-    if settings.global_batch_tokens is not None:
-        cmd += ["--global-batch-tokens", str(settings.global_batch_tokens)]
-    if settings.objective is not None:
-        cmd += ["--objective", settings.objective]
-    if settings.timeout_s is not None:
-        cmd += ["--timeout", f"{settings.timeout_s:g}s"]
-    if settings.recipe:
-        cmd += ["--recipe", str(settings.recipe)]
+    cmd += worker_argv(settings)
     if as_json:
         cmd.append("--json")  # quiet workers: the parent's stdout is one JSON document
     return cmd
@@ -200,7 +164,7 @@ def plan_workers(
 ) -> list[WorkerPlan]:
     """One plan per device that gets at least one trial."""
     plans = []
-    for device, n in zip(devices, split_trials(settings.n_trials, len(devices))):
+    for device, n in zip(devices, split_trials(settings.trial_cap, len(devices))):
         if n == 0:  # more workers than trials (None: no cap, every worker runs)
             continue
         cmd = worker_command(
@@ -292,7 +256,7 @@ def fleet_stop(settings, study, ctx, *, ran: int, interrupted: bool):
     rule = rule_for(trials, space_dimensions(ctx.space), confirmation_repeats(study.user_attrs, trials))
     if settings.until_converged and rule.converged(feasible_values(trials)):
         return converged_stop(rule)
-    return budget_stop(ran=ran, n_trials=settings.n_trials, timeout_s=settings.timeout_s)
+    return budget_stop(ran=ran, n_trials=settings.trial_cap, timeout_s=settings.timeout_s)
 
 
 def supervise(

@@ -45,6 +45,7 @@ from autotune.search.expert_start import enqueue_expert_start
 from autotune.search.objective import Objective, TrialFailed
 from autotune.search.references import enqueue_references
 from autotune.search.sampler import make_sampler
+from autotune.search.settings import SearchSettings
 from autotune.space.file import default_space_path, load_space
 from autotune.study.leaders import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.study.lifecycle import StudyContext, check_rules, fail_orphaned_trials, open_study
@@ -68,52 +69,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_FRACTION = 0.9
 DEFAULT_TRIAL_TIMEOUT_S = {"cpu": 300.0, "cuda": 600.0}
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    model: str = "gpt2"
-    device: str = "auto"
-    data: str = "synthetic"
-    seq_len: int | None = None
-    study: str | None = None
-    storage: str | None = None
-    space: str | None = None
-    memory_limit_bytes: int | None = None
-    memory_fraction: float | None = None
-    memory_headroom: float | None = None  # None: outcomes.DEFAULT_MEMORY_HEADROOM (a resumed study: its own)
-    n_trials: int | None = 20  # None: no cap (with until_converged)
-    timeout_s: float | None = None  # the whole search
-    trial_timeout_s: float | None = None  # one trial (default: 300 s on CPU, 600 s on CUDA)
-    warmup: int = 3
-    steps: int = 20
-    min_time_s: float = 2.0
-    seed: int = 0
-    recipe: str | None = None
-    warm_start_from: str | None = None
-    new_study: bool = False  # a new study even when one of this name exists (NAME-2, NAME-3, ...)
-    # Skip configurations the study's trials predict over the memory limit (search.memory_model).
-    memory_model: bool = True
-    # A new study starts with what experts run on this device class (search.expert_start).
-    expert_start: bool = True
-    # A new study opens with the baseline and checklist trials (search.references): the
-    # speedups the summary and the recipe report are over them.
-    references: bool = True
-    # Re-measure the leaders before the best becomes a recipe (search.confirm); off, the recipe
-    # is the best single run, as of a search stopped before its confirmation.
-    confirm: bool = True
-    # Stop once the study has converged (search.convergence); --n-trials, if given, still caps it.
-    until_converged: bool = False
-    worker: bool = False  # one of several --devices workers on one study
-    # Positions per optimizer step every trial reaches by gradient accumulation (None: the
-    # token budget); a resumed study keeps its own, and refuses another.
-    global_batch_tokens: int | None = None
-    # What the study maximizes (study.leaders.OBJECTIVES); None: a resumed study's own, else tokens/s.
-    objective: str | None = None
-
-    @property
-    def limit_given(self) -> bool:
-        return self.memory_limit_bytes is not None or self.memory_fraction is not None
 
 
 class Reporter(Protocol):
@@ -428,7 +383,7 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     try:
         study.optimize(
             objective,
-            n_trials=settings.n_trials,
+            n_trials=settings.trial_cap,
             timeout=settings.timeout_s,
             catch=(TrialFailed,),
             callbacks=callbacks,
@@ -458,7 +413,7 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     elif convergence is not None and convergence.fired is not None:
         stopped = converged_stop(convergence.fired)
     else:
-        stopped = budget_stop(ran=ran, n_trials=settings.n_trials, timeout_s=settings.timeout_s)
+        stopped = budget_stop(ran=ran, n_trials=settings.trial_cap, timeout_s=settings.timeout_s)
     result = SearchResult(study, summary, ctx, url, path, opened.is_new, stopped=stopped)
     if stop is not None:
         raise SearchInterrupted(result, stop_signal_of(stop))

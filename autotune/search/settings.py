@@ -1,0 +1,293 @@
+"""`autotune search`'s settings, each declared once: a `SearchSettings` field whose metadata is
+its command-line option (`Option`: flags, help, kind). The click options of `autotune search`
+(`cli._options.settings_options`) and the argv of a `--devices` worker (`worker_argv`) are made
+from these fields; tests/search/test_settings.py checks both round-trip.
+
+A worker gets every setting the parent was given (`worker="pass"`), except what the parent
+resolves for all workers alike (`worker="parent"`: the study's name, its memory limit in bytes,
+the trial timeout, each worker's device and trial count) and what only the study's creator does
+(`worker="never"`: a warm start, the references, a new study's name)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+PASS, PARENT, NEVER = "pass", "parent", "never"
+DEFAULT_N_TRIALS = 20
+# What an option's value is, for the command line: click's type there, and how a worker's argv spells it.
+KINDS = ("text", "int", "float", "size", "duration", "fraction", "choice", "flag", "off")
+
+
+@dataclass(frozen=True)
+class Option:
+    """A setting's command-line option. kind: text, int (at least `minimum`), float, size (bytes:
+    60GiB), duration (seconds: 10m), fraction (5% or 0.05), choice (one of `choices`), flag (off
+    by default, on when given), off (on by default; the flag turns it off)."""
+
+    flag: str
+    help: str
+    kind: str = "text"
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    envvar: str | None = None
+    metavar: str | None = None
+    show_default: bool = False
+    hidden: bool = False
+    worker: str = PASS
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS or self.worker not in (PASS, PARENT, NEVER):
+            raise ValueError(f"option {self.flag}: kind {self.kind!r}, worker {self.worker!r}")
+
+    def argv(self, value: Any) -> list[str]:
+        """How a worker's command line gives `value` (nothing for a flag left at its default)."""
+        if self.kind == "flag":
+            return [self.flag] if value else []
+        if self.kind == "off":
+            return [] if value else [self.flag]
+        if self.kind == "duration":
+            return [self.flag, f"{value:g}s"]
+        if self.kind == "fraction":
+            return [self.flag, f"{value:.12f}".rstrip("0").rstrip(".") or "0"]
+        return [self.flag, str(value)]
+
+
+def setting(default: Any, option: Option) -> Any:
+    return field(default=default, metadata={"option": option})
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    model: str = setting(
+        "gpt2",
+        Option(
+            "--model",
+            "gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-tiny; a Hugging Face model from its config (random "
+            "weights, nothing downloaded): hf:gpt2 ... hf:gpt2-xl, hf:gpt2-tiny, hf:llama-tiny, hf:smollm-135m, or "
+            "hf:PATH (a local config directory); or package.module:factory.",
+            show_default=True,
+        ),
+    )
+    device: str = setting(
+        "auto", Option("--device", "auto (CUDA when present), cpu, cuda or cuda:N.", show_default=True, worker=PARENT)
+    )
+    data: str = setting(
+        "synthetic",
+        Option("--data", "synthetic, or a PATH.bin (uint16 tokens), PATH.txt or PATH.jsonl file.", show_default=True),
+    )
+    seq_len: int | None = setting(None, Option("--seq-len", "Context length (default: the model's).", "int", minimum=2))
+    warmup: int = setting(
+        3, Option("--warmup", "Warm-up steps (compile happens here).", "int", minimum=0, show_default=True)
+    )
+    steps: int = setting(20, Option("--steps", "Timed steps, at least.", "int", minimum=2, show_default=True))
+    min_time_s: float = setting(
+        2.0,
+        Option(
+            "--min-time",
+            "Time the steps for at least this many seconds too (more steps on a fast device).",
+            "float",
+            show_default=True,
+        ),
+    )
+    seed: int = setting(0, Option("--seed", "Seed for weights, data and the sampler.", "int", show_default=True))
+    study: str | None = setting(
+        None,
+        Option("--study", "Study name (default: <model>-<device slug>, e.g. gpt2-nvidia-h200).", worker=PARENT),
+    )
+    storage: str | None = setting(
+        None,
+        Option(
+            "--storage",
+            "Optuna storage URL (default: sqlite:///studies/<study>.db); journal:PATH for one host, many workers; "
+            "postgresql://... for many hosts (the environment variable keeps a password off the command line).",
+            envvar="AUTOTUNE_STORAGE",
+            worker=PARENT,  # in the worker's environment, never its argv (a password would show in ps)
+        ),
+    )
+    space: str | None = setting(
+        None, Option("--space", "Search space YAML (default: search_spaces/gpt2.yaml on CUDA, cpu.yaml on CPU).")
+    )
+    memory_limit_bytes: int | None = setting(
+        None,
+        Option(
+            "--memory-limit",
+            "Peak memory a configuration may use, e.g. 60GiB (GPU memory via NVML; peak RSS on CPU).",
+            "size",
+            worker=PARENT,
+        ),
+    )
+    global_batch_tokens: int | None = setting(
+        None,
+        Option(
+            "--global-batch-tokens",
+            "Tokens (positions, padding included) per optimizer step, reached by gradient accumulation over "
+            "micro-batches of the token budget, which must divide N (default: one micro-batch per step). tokens/s "
+            "counts every micro-step.",
+            "int",
+            minimum=1,
+            metavar="N",
+        ),
+    )
+    memory_fraction: float | None = setting(
+        None,
+        Option(
+            "--memory-fraction",
+            "Limit as a fraction of the device's total memory (default 0.9).",
+            "float",
+            worker=PARENT,
+        ),
+    )
+    memory_headroom: float | None = setting(
+        None,
+        Option(
+            "--memory-headroom",
+            "Feasible only if a configuration's worst-case peak is at most the limit less this share of it; "
+            "5% or 0.05 (default 5%: fragmentation over hours of training and the evaluation, checkpoint and "
+            "communication buffers a tuning run never makes add a few percent). A resumed study keeps its own.",
+            "fraction",
+        ),
+    )
+    n_trials: int | None = setting(
+        None,
+        Option(
+            "--n-trials",
+            "Trials to run in this invocation, reference trials included (default 20; with --until-converged, "
+            "no cap unless given).",
+            "int",
+            minimum=1,
+            worker=PARENT,
+        ),
+    )
+    timeout_s: float | None = setting(
+        None, Option("--timeout", "Stop starting new trials after this long, e.g. 10m.", "duration")
+    )
+    trial_timeout_s: float | None = setting(
+        None,
+        Option(
+            "--trial-timeout",
+            "Kill a trial after this long (default 300s on CPU, 600s on CUDA).",
+            "duration",
+            worker=PARENT,
+        ),
+    )
+    recipe: str | None = setting(
+        None, Option("--recipe", "Where to write the best recipe (default: recipes/<study>.json).")
+    )
+    warm_start_from: str | None = setting(
+        None,
+        Option(
+            "--warm-start-from",
+            "Start a new study with another study's best configurations (REF: .db path or URL#study).",
+            worker=NEVER,
+        ),
+    )
+    new_study: bool = setting(
+        False,
+        Option(
+            "--new-study",
+            "Start a new study even when one of this name exists (it is named NAME-2, NAME-3, ...). A resumed "
+            "study keeps its memory limit, --global-batch-tokens, --steps and --min-time; to change them, start a "
+            "new one.",
+            "flag",
+            worker=NEVER,
+        ),
+    )
+    objective: str | None = setting(
+        None,
+        Option(
+            "--objective",
+            "What to maximize under the memory limit: effective tokens/s (default), or tokens per joule "
+            "(needs an energy counter: NVML on a whole GPU, RAPL on a CPU). A resumed study keeps its own.",
+            "choice",
+            choices=("tokens_per_sec", "tokens_per_joule"),
+        ),
+    )
+    # Stop once the study has converged (search.convergence); --n-trials, if given, still caps it.
+    until_converged: bool = setting(
+        False,
+        Option(
+            "--until-converged",
+            "Stop once no trial in the last K improved the best feasible tokens/s by more than the measurement "
+            "noise (K = max(10, 2 x the space's knobs); the noise from the trials' own spread).",
+            "flag",
+        ),
+    )
+    # A new study starts with what experts run on this device class (search.expert_start).
+    expert_start: bool = setting(
+        True,
+        Option(
+            "--no-expert-start",
+            "Do not start a new study with the configuration experts run on this device class.",
+            "off",
+            worker=NEVER,
+        ),
+    )
+    # Skip configurations the study's trials predict over the memory limit (search.memory_model).
+    memory_model: bool = setting(
+        True,
+        Option(
+            "--no-memory-model",
+            "Run every configuration, even one the study's trials predict over the memory limit.",
+            "off",
+        ),
+    )
+    # A new study opens with the baseline and checklist trials (search.references): the
+    # speedups the summary and the recipe report are over them.
+    references: bool = setting(
+        True,
+        Option(
+            "--no-references",
+            "Do not open a new study with the baseline and checklist trials (the checklist compiles: tens of "
+            "seconds on a CPU). The summary and the recipe then report no speedup over them.",
+            "off",
+            worker=NEVER,
+        ),
+    )
+    # Re-measure the leaders before the best becomes a recipe (search.confirm); off, the recipe
+    # is the best single run, as of a search stopped before its confirmation.
+    confirm: bool = setting(
+        True,
+        Option(
+            "--no-confirm",
+            "Do not re-measure the leaders at the end (up to 3 more trials): the recipe is then the best single "
+            "run, which noise may have favoured. For quick looks.",
+            "off",
+        ),
+    )
+    worker: bool = setting(
+        False, Option("--worker", "One of the --devices workers.", "flag", hidden=True, worker=PARENT)
+    )
+
+    @property
+    def trial_cap(self) -> int | None:
+        """The most trials this invocation runs: --n-trials, else 20, else none with --until-converged."""
+        if self.n_trials is not None:
+            return self.n_trials
+        return None if self.until_converged else DEFAULT_N_TRIALS
+
+    @property
+    def limit_given(self) -> bool:
+        return self.memory_limit_bytes is not None or self.memory_fraction is not None
+
+    @classmethod
+    def options(cls) -> list[tuple[str, Option, Any]]:
+        """(field, option, default) of every setting, in declaration order."""
+        return [(f.name, f.metadata["option"], f.default) for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_options(cls, values: Mapping[str, Any]) -> "SearchSettings":
+        """Settings from the parsed options (click's values, by field name)."""
+        return cls(**{name: values[name] for name, _, _ in cls.options() if name in values})
+
+
+def worker_argv(settings: SearchSettings) -> list[str]:
+    """The options a `--devices` worker is given as they are: every `worker="pass"` setting the
+    parent was given (each one at its default is left out, and takes the same default there)."""
+    argv: list[str] = []
+    for name, option, default in SearchSettings.options():
+        value = getattr(settings, name)
+        if option.worker == PASS and value != default:
+            argv += option.argv(value)
+    return argv
