@@ -38,6 +38,15 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+# Property-based tests draw the same examples on every run (Hypothesis's derandomize): a pass in
+# CI is not luck, and a failure reproduces. HYPOTHESIS_PROFILE=explore draws new random examples,
+# five times as many, to look for bugs; what it finds becomes an @example.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+_hypothesis_settings.register_profile("explore", derandomize=False, database=None, max_examples=500)
+_hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
 
 def _temp_files_in_memory(min_free: int = 4 << 30) -> None:
     """Temporary files (every tmp_path: the tests' SQLite studies, journals, recipes; the

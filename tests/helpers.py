@@ -479,17 +479,17 @@ class BatchRecord:
 
 def record_batches(monkeypatch) -> BatchRecord:
     """Spy on `measure()`'s data path: which loader it built and the batches it stepped on."""
-    import autotune.measure.loop
+    import autotune.measure.setup
 
     record = BatchRecord()
-    real = autotune.measure.loop.build_dataloader
+    real = autotune.measure.setup.build_dataloader
 
     def spy(*args, **kwargs):
         loader = real(*args, **kwargs)
         record.loaders.append(loader)
         return RecordingLoader(loader, record)
 
-    monkeypatch.setattr(autotune.measure.loop, "build_dataloader", spy)
+    monkeypatch.setattr(autotune.measure.setup, "build_dataloader", spy)
     return record
 
 

@@ -31,7 +31,14 @@ from autotune.study.urls import redact
 from autotune.units import parse_duration, parse_memory_size
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
-FUZZ = settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+# 100 examples each under the "ci" profile (derandomized: the same every run, see tests/conftest.py);
+# the "explore" profile draws five times as many, new each run.
+FUZZ = settings(
+    max_examples=max(100, settings.default.max_examples),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @contextlib.contextmanager

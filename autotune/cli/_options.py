@@ -146,7 +146,7 @@ def _click_option(name: str, option: Any, default: Any) -> Callable:
 
 
 class _AtLeast(click.ParamType):
-    """An integer of at least `minimum`: "Invalid value for --n-trials: must be at least 1"."""
+    """An integer of at least `minimum`: "Invalid value for '--n-trials': must be at least 1"."""
 
     name = "integer"
 
@@ -162,7 +162,5 @@ class _AtLeast(click.ParamType):
                 self.fail(f"{text[:40]!r} is not an integer", param, ctx)
             number = int(text)
         if number < self.minimum:
-            raise click.BadParameter(
-                f"must be at least {self.minimum}", ctx=ctx, param_hint=param.opts[0] if param else None
-            )
+            self.fail(f"must be at least {self.minimum}", param, ctx)
         return number

@@ -43,12 +43,10 @@ import torch.nn as nn
 from torch.utils.data import DataLoader
 
 from autotune.config import IGNORE_INDEX, RunSpec, TrainConfig
-from autotune.data.batching import build_dataloader, carries_document_ids, distinct_batch_shapes
-from autotune.data.datasets import make_dataset
+from autotune.data.batching import carries_document_ids, distinct_batch_shapes
 from autotune.device import DeviceInfo, ProcessTreeMemory, cuda_index, describe
 from autotune.errors import UsageError
-from autotune.knobs.apply import apply_model_knobs
-from autotune.knobs.precision import fp32_precision, grad_scaler
+from autotune.knobs.precision import fp32_precision
 from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.measure import intervals, outcomes
 from autotune.measure.compile_events import CompileEvents
@@ -58,10 +56,8 @@ from autotune.measure.extremes import Extremes, extreme_shapes, run_extremes
 from autotune.measure.flops import flops_per_token, model_flops_utilization
 from autotune.measure.measurement import Measurement
 from autotune.measure.peaks import PhasePeaks, memory_meter
-from autotune.measure.step import endless_batches, make_optimizer, make_train_step
-from autotune.measure.warmup import WarmUp, warm_up
-from autotune.model.introspect import model_shape, non_embedding_params
-from autotune.model.load import build_model
+from autotune.measure.setup import set_up_training
+from autotune.measure.warmup import WarmUp
 
 CV_TARGET = 0.05  # above this, the run takes more samples, then is flagged unstable
 MAX_STEPS_FACTOR = 50  # the minimum timed window stretches --steps at most this many times
@@ -122,73 +118,28 @@ class _Run:
         with fp32_precision(self.cfg.amp_dtype), self.events:
             t = time.perf_counter()
             torch.manual_seed(self.spec.seed)
-            model, loader, batches, step = self._set_up()
+            self.session.start()
+            run = set_up_training(self.spec, self.cfg, device=self.device, device_kind=self.kind)
+            self.shape, self.n_params = run.shape, run.n_params
             self.phase["setup"] = time.perf_counter() - t
             try:
                 t = time.perf_counter()
-                warm = self._warm_up(batches, step, loader)
+                warm = run.warm_up(self.spec, sync=self.session.sync, events=self.events)
+                self.session.after_warm_up()
                 self.peaks.close("warmup")
-                self.extremes = self._run_extremes(step, loader)
+                self.extremes = self._run_extremes(run.step, run.loader)
                 self.phase["warmup"] = time.perf_counter() - t
                 t = time.perf_counter()
-                window = self._clean_window(batches, step)
+                window = self._clean_window(run.batches, run.step)
                 if window.cv > CV_TARGET:  # noisy: one more window of samples before judging
-                    window = window.merge(self._clean_window(batches, step))
+                    window = window.merge(self._clean_window(run.batches, run.step))
                 self.phase["timed"] = time.perf_counter() - t
                 self.peaks.close("window")
             finally:
-                batches.close()  # shuts DataLoader workers down now, not at garbage collection
-            return self._result(model, window, warm)
-
-    # --- set-up ---------------------------------------------------------------------------
-
-    def _set_up(self) -> tuple[nn.Module, DataLoader, Iterator, Callable]:
-        """The session, the model with its knobs, the optimizer, the data and the train step:
-        what every run of this loop (a measurement, a soak) steps with."""
-        self.session.start()
-        model, seq_len = self._build_model()
-        optimizer = make_optimizer(model, self.device)
-        scaler = grad_scaler(self.kind, self.cfg.amp_dtype)
-        dataset = make_dataset(self.spec.data, vocab_size=self.shape.vocab_size, seq_len=seq_len, seed=self.spec.seed)
-        loader = build_dataloader(dataset, self.cfg, seq_len=seq_len, seed=self.spec.seed)
-        step = make_train_step(
-            model,
-            optimizer,
-            scaler,
-            device=self.device,
-            device_kind=self.kind,
-            cfg=self.cfg,
-            accumulation_steps=self.accumulation,
-        )
-        return model, loader, endless_batches(loader), step
-
-    def _build_model(self) -> tuple[nn.Module, int]:
-        model = build_model(self.spec.model)
-        self.shape = model_shape(model, self.spec.seq_len)
-        if self.spec.seq_len and self.spec.seq_len > (getattr(model, "context_length", None) or self.spec.seq_len):
-            raise UsageError(f"--seq-len {self.spec.seq_len} is longer than the model's context {model.context_length}")
-        self.n_params = non_embedding_params(model)
-        model.to(self.device).train()
-        apply_model_knobs(model, self.cfg)
-        return model, self.shape.context_length
+                run.close()  # shuts DataLoader workers down now, not at garbage collection
+            return self._result(run.model, window, warm)
 
     # --- the steps ------------------------------------------------------------------------
-
-    def _warm_up(self, batches: Iterator, step: Callable, loader: DataLoader) -> WarmUp:
-        warm = warm_up(
-            step,
-            batches,
-            shapes=distinct_batch_shapes(loader),
-            documents=carries_document_ids(loader),
-            vocab_size=self.shape.vocab_size,
-            data_steps=self.spec.warmup,
-            sync=self.session.sync,
-            events=self.events,
-            seed=self.spec.seed,
-            accumulation_steps=self.accumulation,
-        )
-        self.session.after_warm_up()
-        return warm
 
     def _run_extremes(self, step: Callable, loader: DataLoader) -> Extremes:
         """One step on each extreme shape, its peak read apart (`measure.extremes`)."""

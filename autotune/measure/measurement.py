@@ -67,10 +67,6 @@ class Measurement:
     phase_s: dict[str, float] = field(default_factory=dict)  # setup, warmup, timed, total
 
     @property
-    def measured_rate(self) -> bool:
-        return self.tokens_per_sec is not None
-
-    @property
     def tokens_per_joule(self) -> float | None:
         return 1.0 / self.joules_per_token if self.joules_per_token else None
 

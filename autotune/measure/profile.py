@@ -47,20 +47,15 @@ import torch.nn as nn
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from autotune.config import IGNORE_INDEX, TrainConfig, check_int
-from autotune.data.batching import build_dataloader, carries_document_ids, distinct_batch_shapes
-from autotune.data.datasets import make_dataset
+from autotune.config import IGNORE_INDEX, RunSpec, TrainConfig, check_int
 from autotune.device import describe, resolve_device
 from autotune.errors import UsageError
-from autotune.knobs.apply import apply_model_knobs
-from autotune.knobs.precision import fp32_precision, grad_scaler
+from autotune.knobs.precision import fp32_precision
 from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.measure.compile_events import CompileEvents
 from autotune.measure.cuda import session_for
-from autotune.measure.step import OPTIMIZER_REGION, endless_batches, make_optimizer, make_train_step
-from autotune.measure.warmup import warm_up
-from autotune.model.introspect import model_shape
-from autotune.model.load import build_model
+from autotune.measure.setup import set_up_training
+from autotune.measure.step import OPTIMIZER_REGION
 
 DATA_REGION = "autotune:data_wait"
 CATEGORIES = ("data_wait", "attention", "matmul", "elementwise", "optimizer", "compiled", "other")
@@ -103,6 +98,8 @@ class ProfileReport:
     # Compiles or CUDA graph recordings inside the profiled steps (a shape the warm-up did not
     # see): their time is in `compiled`, and the breakdown is not the steady state's.
     compiles_in_window: int = 0
+    accumulation_steps: int = 1  # micro-steps per optimizer step (the recipe's global batch)
+    optimizer_steps: int = 0  # in the profiled steps
 
     @property
     def step_time_s(self) -> float:
@@ -127,47 +124,47 @@ def profile_config(
     warmup: int = 2,
     seed: int = 0,
     top: int = 15,
+    global_batch_tokens: int | None = None,
 ) -> ProfileReport:
     """Profile `steps` training steps of `cfg` (after `warmup` unprofiled ones, where
     compilation happens) on `device`, with the model named `model_name` or the given `model`
-    (its blocks at a standard location; see `model.introspect.find_blocks`). Writes
-    out_dir/trace.json. Raises UnsupportedConfig when this device cannot run `cfg`."""
+    (its blocks at a standard location; see `model.introspect.find_blocks`). The set-up is the
+    measuring loop's (`measure.setup`): with `global_batch_tokens`, a step is a micro-step and
+    the optimizer steps once per global batch, as in the run measured; the profiled steps are
+    then whole optimizer steps. Writes out_dir/trace.json. Raises UnsupportedConfig when this
+    device cannot run `cfg`."""
     check_int("steps", steps, minimum=1)
     check_int("warmup", warmup, minimum=0)
     device = resolve_device(device)
     info = describe(device)
     check_supported(cfg, DeviceCapabilities.detect(info.kind, info.capability_tuple))
+    if model is None and not model_name:
+        raise UsageError("the recipe names no model (model.name); pass one")
+    spec = RunSpec(
+        model=str(model_name or "a given model"),
+        device=device,
+        data=data,
+        seq_len=seq_len,
+        warmup=warmup,
+        seed=seed,
+        global_batch_tokens=global_batch_tokens,
+    )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with fp32_precision(cfg.amp_dtype), CompileEvents() as events:
         torch.manual_seed(seed)
         session = session_for(device, info, None)
         session.start()  # cuda:N set as the current device, with its index (see measure.cuda)
-        if model is None:
-            if not model_name:
-                raise UsageError("the recipe names no model (model.name); pass one")
-            model = build_model(str(model_name))
-        _check_seq_len(seq_len, model)
-        shape = model_shape(model, seq_len)
-        target = session.device
-        model.to(target).train()
-        if cfg.compile_mode != "none":
-            name_compiled_kernels()
-        apply_model_knobs(model, cfg)
-        optimizer = make_optimizer(model, target)
-        step = make_train_step(
-            model,
-            optimizer,
-            grad_scaler(info.kind, cfg.amp_dtype),
-            device=target,
+        run = set_up_training(
+            spec,
+            cfg,
+            device=session.device,
             device_kind=info.kind,
-            cfg=cfg,
+            model=model,
             annotate=True,
+            before_knobs=name_compiled_kernels if cfg.compile_mode != "none" else None,
         )
-        dataset = make_dataset(data, vocab_size=shape.vocab_size, seq_len=shape.context_length, seed=seed)
-        loader = build_dataloader(dataset, cfg, seq_len=shape.context_length, seed=seed)
-        batches = endless_batches(loader)
-
+        steps = -(-steps // run.accumulation) * run.accumulation  # whole optimizer steps
         # Device time where this torch build can trace the GPU (kineto with CUPTI); a build
         # without it would trace nothing on the device, and asking for it anyway is very slow.
         device_time = info.kind == "cuda" and ProfilerActivity.CUDA in torch.profiler.supported_activities()
@@ -176,31 +173,22 @@ def profile_config(
         try:
             # As measure does: every shape first, so compiles, recompiles and CUDA graph
             # recordings happen before, not inside, the profile.
-            warm = warm_up(
-                step,
-                batches,
-                shapes=distinct_batch_shapes(loader),
-                documents=carries_document_ids(loader),
-                vocab_size=shape.vocab_size,
-                data_steps=warmup,
-                sync=session.sync,
-                events=events,
-                seed=seed,
-            )
+            warm = run.warm_up(spec, sync=session.sync, events=events)
             session.sync()
-            compiles_before = events.total
+            compiles_before, optimizer_steps_before = events.total, run.step.optimizer_steps
             with no_garbage_collection(), profile(activities=activities, record_shapes=False) as prof:
                 start = time.perf_counter()
                 for _ in range(steps):
                     with record_function(DATA_REGION):
-                        x, y, *documents = next(batches)  # packed documents add document_ids
+                        x, y, *documents = next(run.batches)  # packed documents add document_ids
                     tokens += int((y != IGNORE_INDEX).sum())
-                    step(x, y, *documents)
+                    run.step(x, y, *documents)
                 session.sync()
                 wall = time.perf_counter() - start
             compiles_in_window = events.total - compiles_before
+            optimizer_steps = run.step.optimizer_steps - optimizer_steps_before
         finally:
-            batches.close()  # DataLoader workers go now, not at garbage collection
+            run.close()  # DataLoader workers go now, not at garbage collection
     trace = out / TRACE_NAME
     prof.export_chrome_trace(str(trace))
     seconds, ops = attribute(prof.events(), device_time=device_time)
@@ -225,6 +213,8 @@ def profile_config(
         tokens=tokens,
         trace_path=str(trace),
         compiles_in_window=compiles_in_window,
+        accumulation_steps=run.accumulation,
+        optimizer_steps=optimizer_steps,
     )
 
 
@@ -253,12 +243,6 @@ def name_compiled_kernels() -> None:
     except ImportError:  # a torch without inductor compiles nothing
         return
     inductor_config.cpp.enable_kernel_profile = True
-
-
-def _check_seq_len(seq_len: int | None, model: nn.Module) -> None:
-    context = getattr(model, "context_length", None)
-    if isinstance(seq_len, int) and isinstance(context, int) and seq_len > context:
-        raise UsageError(f"the recipe's seq_len {seq_len} is longer than the model's context {context}")
 
 
 # ------------------------------------------------------------------------ attribution

@@ -19,8 +19,11 @@ from autotune.errors import UsageError
 from autotune.knobs.precision import fp32_precision
 from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.measure import outcomes
+from autotune.measure.compile_events import CompileEvents
 from autotune.measure.cuda import session_for
-from autotune.measure.loop import _Run, measured_device
+from autotune.measure.loop import measured_device
+from autotune.measure.peaks import memory_meter
+from autotune.measure.setup import set_up_training
 
 SOAK_WINDOWS = 10  # throughput and memory are reported this many times over the run
 
@@ -75,32 +78,38 @@ def soak(spec: RunSpec, cfg: TrainConfig, steps: int | None, device_info: Device
         return SoakRun(*outcomes.classify_exception(exc), device=info.to_dict())
 
 
-class _Soak(_Run):
-    """The measuring loop's set-up and warm-up (`measure.loop._Run`), then the long run."""
+class _Soak:
+    """The measuring loop's set-up and warm-up (`measure.setup`), then the long run."""
+
+    def __init__(self, spec: RunSpec, cfg: TrainConfig, info: DeviceInfo, session, host: ProcessTreeMemory) -> None:
+        self.spec, self.cfg, self.info, self.session, self.host = spec, cfg, info, session, host
+        self.meter = memory_meter(session, host)
 
     def soak(self, steps: int | None) -> SoakRun:
-        with fp32_precision(self.cfg.amp_dtype), self.events:
+        with fp32_precision(self.cfg.amp_dtype), CompileEvents() as events:
             torch.manual_seed(self.spec.seed)
-            _, loader, batches, step = self._set_up()  # as a measurement steps
-            shapes = distinct_batch_shapes(loader)
-            total = steps or len(loader)  # one epoch: every batch shape at least once
-            total = -(-total // self.accumulation) * self.accumulation  # whole optimizer steps
+            self.session.start()
+            run = set_up_training(self.spec, self.cfg, device=self.session.device, device_kind=self.info.kind)
+            shapes = distinct_batch_shapes(run.loader)
+            total = steps or len(run.loader)  # one epoch: every batch shape at least once
+            total = -(-total // run.accumulation) * run.accumulation  # whole optimizer steps
             try:
-                self._warm_up(batches, step, loader)
-                self.peaks.meter.restart()
-                run = SoakRun(
+                run.warm_up(self.spec, sync=self.session.sync, events=events)
+                self.session.after_warm_up()
+                self.meter.restart()
+                soaked = SoakRun(
                     outcomes.OK,
                     steps=total,
-                    epoch_steps=len(loader),
+                    epoch_steps=len(run.loader),
                     shapes_total=len(shapes) if shapes is not None else None,
                     device=self.info.to_dict(),
                 )
-                run.windows, seen = self._windows(batches, step, total)
-                run.shapes_seen = len(seen)
-                run.peak_memory_source = self.peaks.meter.read().source
+                soaked.windows, seen = self._windows(run.batches, run.step, total)
+                soaked.shapes_seen = len(seen)
+                soaked.peak_memory_source = self.meter.read().source
             finally:
-                batches.close()
-            return run
+                run.close()
+            return soaked
 
     def _windows(self, batches, step, total: int) -> tuple[list[SoakWindow], set[tuple[int, int]]]:
         bounds = sorted({round(total * (k + 1) / SOAK_WINDOWS) for k in range(SOAK_WINDOWS)} - {0})
@@ -116,8 +125,8 @@ class _Soak(_Run):
                 step(x, y, *documents)
             self.session.sync()
             seconds = time.perf_counter() - start
-            peak = self.peaks.meter.read().bytes
-            self.peaks.meter.restart()
+            peak = self.meter.read().bytes
+            self.meter.restart()
             windows.append(SoakWindow(end, end - done, seconds, tokens / seconds if seconds > 0 else 0.0, peak))
             done = end
         return windows, seen

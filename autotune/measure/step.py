@@ -4,7 +4,7 @@ steps, and the data stream it reads."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 import torch.nn as nn
@@ -12,7 +12,7 @@ import torch.nn as nn
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
 from autotune.knobs.precision import training_context
-from autotune.model.contract import forward_loss, loss_from_output
+from autotune.model.contract import forward_loss
 
 OPTIMIZER_REGION = "autotune:optimizer"  # profiler label of the optimizer step (see measure/profile.py)
 
@@ -93,12 +93,6 @@ def make_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Optimi
         return torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1, fused=True)
     except (RuntimeError, TypeError):
         return torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1)
-
-
-def model_loss(output: Any, labels: torch.Tensor) -> torch.Tensor:
-    """The loss in a model's output, for aligned `labels`: a scalar loss, `.loss`, a tuple
-    holding a scalar loss, or (B, T, vocab) logits (see `model.contract`)."""
-    return loss_from_output(output, labels)
 
 
 def endless_batches(loader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -22,7 +22,8 @@ def profile_recipe(
     top: int = 15,
 ) -> ProfileReport:
     """Profile the recipe's configuration on `model` (a module), or the model named
-    `model_name`, else the recipe's own (see `Recipe.model_to_run`), at its sequence length."""
+    `model_name`, else the recipe's own (see `Recipe.model_to_run`), at its sequence length and
+    with its global batch (gradient accumulation, as measured)."""
     seq_len = recipe.model.get("seq_len")
     return profile_config(
         recipe.config,
@@ -36,4 +37,5 @@ def profile_recipe(
         warmup=warmup,
         seed=seed,
         top=top,
+        global_batch_tokens=recipe.global_batch_tokens,
     )

@@ -90,8 +90,8 @@ def test_search_writes_study_and_recipe(searched, monkeypatch):
 
 
 @pytest.mark.process
-def test_resume_with_another_space_is_refused(searched, monkeypatch):
-    where = searched.where
+def test_resume_with_another_space_is_refused(searched, tmp_path, monkeypatch):
+    where = shutil.copytree(searched.where, tmp_path / "refused")  # the session's study is only read
     monkeypatch.chdir(where)
     before = len(load_study(STUDY, None).trials)
     other = str(SPACES / "unsupported.yaml")
@@ -153,7 +153,7 @@ BAD_INPUT = [
         "expected choices, high, log, low, step, when",
     ),
     (["--space", "nowhere.yaml"], "Error: search space nowhere.yaml: cannot read it (No such file or directory)"),
-    (["--n-trials", "0"], "Error: Invalid value for --n-trials: must be at least 1"),
+    (["--n-trials", "0"], "Error: Invalid value for '--n-trials': must be at least 1"),
     (["--timeout", "10x"], "Error: --timeout: cannot read '10x' as a duration; expected e.g. 90s, 10m or 2h"),
     (["--trial-timeout", "0s"], "Error: --trial-timeout: the duration must be positive, got '0s'"),
     (["--memory-fraction", "2"], "Error: --memory-fraction must be in (0, 1], got 2.0"),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -38,8 +39,8 @@ def test_show_json_lists_trials_best_first(searched, monkeypatch):
 
 
 @pytest.mark.process
-def test_export_study_writes_the_best_recipe(searched, monkeypatch):
-    where = searched.where
+def test_export_study_writes_the_best_recipe(searched, tmp_path, monkeypatch):
+    where = shutil.copytree(searched.where, tmp_path / "export")  # out.json is not written among the session's files
     monkeypatch.chdir(where)
     result = invoke("export", "--study", STUDY, "-o", "out.json")
     assert result.exit_code == 0, result.output

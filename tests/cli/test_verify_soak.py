@@ -38,7 +38,7 @@ def test_verify_soak_runs_an_epoch_of_every_shape_and_judges_its_memory(tmp_path
     assert [w["end_step"] for w in windows][-1] == report["steps"] and sum(w["steps"] for w in windows) == report[
         "steps"
     ]
-    assert all(w["tokens_per_sec"] > 0 and w["peak_memory_bytes"] > 0 for w in windows)
+    assert windows and all(w["tokens_per_sec"] > 0 and w["peak_memory_bytes"] > 0 for w in windows)
     assert report["max_memory_bytes"] == max(w["peak_memory_bytes"] for w in windows)
     assert (
         report["memory_target_bytes"] == int(16 * GiB * 0.95) and report["creep_horizon_steps"] == 10 * report["steps"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import time
 from pathlib import Path
 
 import numpy as np
@@ -55,12 +54,11 @@ def test_synthetic_items_are_reproducible_and_in_range(synthetic):
 
 
 def test_synthetic_default_is_cheap_and_lasts_a_measurement():
-    start = time.perf_counter()
     dataset = make_dataset("synthetic", vocab_size=50304, seq_len=1024)
     dl = build_dataloader(dataset, TrainConfig(token_budget=65536), seq_len=1024)
     next(iter(dl))
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0, f"building took {elapsed:.2f} s"
+    # Cheap by construction, not by a clock: it holds document lengths only (ids are drawn per item).
+    assert dataset.lengths.nbytes < 2**20 and not hasattr(dataset, "tokens")
     assert len(build_dataloader(dataset, TrainConfig(token_budget=8 * 1024), seq_len=1024)) >= 300
     assert len(dl) >= 60  # one ~50-step measurement stays within an epoch even at 64 sequences a step
 

@@ -33,5 +33,6 @@ def test_loader_epochs_differ_and_replay(synthetic):
 
     first = epochs(data_loader(synthetic, batching="packed"))
     again = epochs(data_loader(synthetic, batching="packed"))
+    assert len(first[0]) == len(again[0]) == len(first[1]) > 1  # epochs of several batches
     assert all(torch.equal(a, b) for a, b in zip(first[0], again[0]))
     assert not all(torch.equal(a, b) for a, b in zip(first[0], first[1]))

@@ -67,4 +67,5 @@ def test_bpe_lengths_are_upper_bounds(tmp_path, monkeypatch):
     assert "".join(chr(t) for item in items for t in item.tolist() if t != EOT_TOKEN) == text + "short"
     # Planned from upper bounds, padded batches still keep the budget.
     dl = build_dataloader(dataset, TrainConfig(token_budget=32), seq_len=16)
-    assert all(input_ids.numel() <= 32 for input_ids, _ in dl)
+    sizes = [input_ids.numel() for input_ids, _ in dl]
+    assert sizes and max(sizes) <= 32  # batches there are, and each within the budget

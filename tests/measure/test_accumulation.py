@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import autotune.measure.loop
+import autotune.measure.setup
 from autotune.config import RunSpec, TrainConfig, accumulation_steps
 from autotune.errors import UnsupportedConfig, UsageError
 from autotune.measure import outcomes
@@ -111,7 +112,7 @@ def test_measure_times_whole_optimizer_steps_and_counts_every_micro_steps_tokens
     the real tokens of every timed micro-step over the window's wall time."""
     micro: list[tuple[int, int]] = []  # (real tokens, positions) of each micro-step, in order
     optimizer_steps: list[int] = []  # micro-steps done at each optimizer step
-    real_step, real_optimizer = autotune.measure.loop.make_train_step, autotune.measure.loop.make_optimizer
+    real_step, real_optimizer = autotune.measure.setup.make_train_step, autotune.measure.setup.make_optimizer
 
     def make_step(*args, **kwargs):
         step = real_step(*args, **kwargs)
@@ -133,8 +134,8 @@ def test_measure_times_whole_optimizer_steps_and_counts_every_micro_steps_tokens
         optimizer.step = counted
         return optimizer
 
-    monkeypatch.setattr(autotune.measure.loop, "make_train_step", make_step)
-    monkeypatch.setattr(autotune.measure.loop, "make_optimizer", make_optimizer)
+    monkeypatch.setattr(autotune.measure.setup, "make_train_step", make_step)
+    monkeypatch.setattr(autotune.measure.setup, "make_optimizer", make_optimizer)
     m = measure(tiny_spec(steps=3, global_batch_tokens=4096), TrainConfig(token_budget=1024))
     assert m.outcome == outcomes.OK, m.reason
     assert m.accumulation_steps == 4 and m.global_batch_tokens == 4096

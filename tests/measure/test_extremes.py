@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import autotune.measure.loop
+import autotune.measure.setup
 from autotune.config import TrainConfig
 from autotune.measure.extremes import extreme_shapes
 from autotune.measure.loop import measure
@@ -84,8 +85,8 @@ def meter(monkeypatch) -> ShapeMemory:
         model.register_forward_pre_hook(lambda _, args: meter.seen.append(tuple(args[0].shape)))
         return model
 
-    monkeypatch.setattr(autotune.measure.loop, "build_model", tracked_model)
-    monkeypatch.setattr(autotune.measure.loop, "make_dataset", lambda *a, **k: OneLongDocument())
+    monkeypatch.setattr(autotune.measure.setup, "build_model", tracked_model)
+    monkeypatch.setattr(autotune.measure.setup, "make_dataset", lambda *a, **k: OneLongDocument())
     monkeypatch.setattr(autotune.measure.loop, "memory_meter", lambda session, host: meter)
     return meter
 
@@ -114,7 +115,7 @@ def test_a_widest_batch_over_the_limit_makes_the_run_over_the_limit(meter):
 def test_one_shape_batching_runs_no_extreme_step_and_says_so(batching, monkeypatch):
     from tests.measure.test_loop import small_corpus
 
-    monkeypatch.setattr(autotune.measure.loop, "make_dataset", small_corpus())
+    monkeypatch.setattr(autotune.measure.setup, "make_dataset", small_corpus())
     m = measure(tiny_spec(warmup=0, steps=2), TrainConfig(token_budget=256, batching=batching))
     assert m.outcome == "ok", m.reason
     assert m.extreme_shapes == [] and m.extremes_peak_memory_bytes is None

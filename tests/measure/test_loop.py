@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import autotune.measure.loop
+import autotune.measure.setup
 from autotune.config import TrainConfig
 from autotune.data.datasets import make_dataset
 from autotune.errors import UsageError
@@ -126,7 +127,7 @@ def test_unsupported_config_is_an_outcome_without_running(monkeypatch):
     def must_not_build(name):
         raise AssertionError("an unsupported config must be rejected before building the model")
 
-    monkeypatch.setattr(autotune.measure.loop, "build_model", must_not_build)
+    monkeypatch.setattr(autotune.measure.setup, "build_model", must_not_build)
     m = measure(tiny_spec(), TrainConfig(sdpa_backend="efficient"))
     assert m.outcome == "unsupported"
     assert m.reason.startswith("sdpa_backend:")
@@ -152,7 +153,7 @@ def test_a_crash_inside_the_run_is_an_outcome(monkeypatch):
         model.transformer.h[1].forward = explode
         return model
 
-    monkeypatch.setattr(autotune.measure.loop, "build_model", broken)
+    monkeypatch.setattr(autotune.measure.setup, "build_model", broken)
     m = measure(tiny_spec(steps=2), TrainConfig(token_budget=1024))
     assert m.outcome == "crashed"
     assert m.reason.startswith("ValueError: boom in block 1") and "explode" in m.reason  # with its traceback tail
@@ -182,7 +183,7 @@ def test_data_waits_are_measured(monkeypatch):
 
     cfg = TrainConfig(batching="fixed", token_budget=1024)  # 8 items, so >= 160 ms of waiting per step
     fast = measure(tiny_spec(steps=3), cfg)
-    monkeypatch.setattr(autotune.measure.loop, "make_dataset", small_corpus(lambda: time.sleep(delay)))
+    monkeypatch.setattr(autotune.measure.setup, "make_dataset", small_corpus(lambda: time.sleep(delay)))
     starved = measure(tiny_spec(steps=3), cfg)
     assert fast.outcome == starved.outcome == "ok"
 
@@ -236,7 +237,7 @@ def run_small():
         if key not in runs:
             with pytest.MonkeyPatch.context() as mp:
                 record = record_batches(mp)
-                mp.setattr(autotune.measure.loop, "make_dataset", small_corpus())
+                mp.setattr(autotune.measure.setup, "make_dataset", small_corpus())
                 m = measure(tiny_spec(steps=2), TrainConfig(**knobs))
             assert m.outcome == "ok", m.reason
             runs[key] = (m, list(record.shapes))
@@ -273,7 +274,7 @@ def test_batching_mode_sets_the_padding(run_small):
 def test_measure_loads_data_in_worker_processes(batch_record, monkeypatch, tmp_path):
     log = tmp_path / "pids"
 
-    monkeypatch.setattr(autotune.measure.loop, "make_dataset", small_corpus(functools.partial(log_pid, log)))
+    monkeypatch.setattr(autotune.measure.setup, "make_dataset", small_corpus(functools.partial(log_pid, log)))
     cfg = TrainConfig(num_workers=2, prefetch_factor=3, persistent_workers=True, token_budget=1024)
     m = measure(tiny_spec(steps=3), cfg)
     assert m.outcome == "ok", m.reason
@@ -290,7 +291,7 @@ def test_measure_loads_data_in_worker_processes(batch_record, monkeypatch, tmp_p
 
 def test_measure_loads_in_process_without_workers(monkeypatch, tmp_path):
     log = tmp_path / "pids"
-    monkeypatch.setattr(autotune.measure.loop, "make_dataset", small_corpus(functools.partial(log_pid, log)))
+    monkeypatch.setattr(autotune.measure.setup, "make_dataset", small_corpus(functools.partial(log_pid, log)))
     m = measure(tiny_spec(steps=2), TrainConfig(token_budget=1024))
     assert m.outcome == "ok", m.reason
     assert {int(line) for line in log.read_text().split()} == {os.getpid()}

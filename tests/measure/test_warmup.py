@@ -10,6 +10,7 @@ import torch.nn as nn
 from torch._dynamo.callback import CallbackTrigger, callback_handler
 
 import autotune.measure.loop
+import autotune.measure.setup
 from autotune.config import RunSpec, TrainConfig
 from autotune.data.batching import build_dataloader
 from autotune.data.datasets import make_dataset
@@ -24,7 +25,7 @@ PADDED = TrainConfig(token_budget=2048)
 def spy_steps(monkeypatch, on_step=None) -> list[tuple[int, int]]:
     """The shape of every batch measure() steps on, in order; `on_step(n)` runs before step n."""
     shapes: list[tuple[int, int]] = []
-    real = autotune.measure.loop.make_train_step
+    real = autotune.measure.setup.make_train_step
 
     def make(*args, **kwargs):
         step = real(*args, **kwargs)
@@ -37,7 +38,7 @@ def spy_steps(monkeypatch, on_step=None) -> list[tuple[int, int]]:
 
         return spied
 
-    monkeypatch.setattr(autotune.measure.loop, "make_train_step", make)
+    monkeypatch.setattr(autotune.measure.setup, "make_train_step", make)
     return shapes
 
 
@@ -88,7 +89,7 @@ def test_a_compile_event_in_the_timed_window_has_it_timed_again(monkeypatch):
 
 def test_a_window_that_keeps_compiling_is_kept_after_the_retries_and_counted(monkeypatch):
     state = {"warm": False}
-    real_warm_up = autotune.measure.loop.warm_up
+    real_warm_up = autotune.measure.setup.warm_up
 
     def warm_up(*args, **kwargs):
         result = real_warm_up(*args, **kwargs)
@@ -101,7 +102,7 @@ def test_a_window_that_keeps_compiling_is_kept_after_the_retries_and_counted(mon
                 with callback_handler.install_callbacks(CallbackTrigger.LAZY_BACKWARD, "0/1"):
                     pass  # nested: announced once, as torch announces them
 
-    monkeypatch.setattr(autotune.measure.loop, "warm_up", warm_up)
+    monkeypatch.setattr(autotune.measure.setup, "warm_up", warm_up)
     spy_steps(monkeypatch, recompile_every_step)
     m = measure(SPEC, TrainConfig(token_budget=256, batching="fixed"))
     assert m.retimed_windows >= autotune.measure.loop.MAX_RETIMES

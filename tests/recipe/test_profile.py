@@ -108,8 +108,24 @@ def test_a_compile_inside_the_profiled_steps_is_counted_and_said(tmp_path, monke
     from autotune.measure.warmup import WarmUp
     from autotune.present.summaries import format_profile
 
-    monkeypatch.setattr(profile_module, "warm_up", lambda *args, **kwargs: WarmUp())
+    monkeypatch.setattr("autotune.measure.setup.warm_up", lambda *args, **kwargs: WarmUp())
     cfg = TrainConfig(compile_mode="default", token_budget=256, batching="packed")
     report = profile_module.profile_config(cfg, model_name="gpt2-tiny", device="cpu", steps=1, out_dir=tmp_path)
     assert report.compiles_in_window >= 1
     assert f"warning: {report.compiles_in_window} compile event(s) inside the profiled steps" in format_profile(report)
+
+
+def test_profile_keeps_the_recipes_gradient_accumulation(tmp_path):
+    """A recipe with a global batch is profiled as it was measured: a step is a micro-step and
+    the optimizer steps once per global batch (it stepped on every micro-batch before)."""
+    import dataclasses
+
+    from autotune.config import TrainConfig
+    from autotune.recipe.profile import profile_recipe
+    from tests.helpers import cpu_recipe
+
+    recipe = dataclasses.replace(cpu_recipe(token_budget=256, batching="packed"), global_batch_tokens=1024)
+    assert recipe.accumulation_steps == 4 and recipe.config == TrainConfig(token_budget=256, batching="packed")
+    report = profile_recipe(recipe, device="cpu", steps=6, warmup=0, out_dir=tmp_path)
+    assert report.accumulation_steps == 4
+    assert report.steps == 8 and report.optimizer_steps == 2  # whole optimizer steps, one per 4 micro-steps

@@ -41,7 +41,7 @@ def test_every_setting_is_an_option_of_search_and_every_option_a_setting():
     fields = [f.name for f in dataclasses.fields(SearchSettings)]
     params = [p.name for p in search.params]
     assert sorted(params) == sorted(fields + ["devices", "as_json"])
-    for name, option, default in SearchSettings.options():
+    for name, option, _ in SearchSettings.options():
         assert option.worker in (PASS, PARENT, NEVER), name
         param = next(p for p in search.params if p.name == name)
         assert option.flag in param.opts and param.help == option.help
