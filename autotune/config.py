@@ -203,6 +203,9 @@ class RunSpec:
     # accumulating token_budget micro-batches (see `accumulation_steps`); None: one micro-batch
     # per optimizer step, the token budget itself.
     global_batch_tokens: int | None = None
+    # A search's best less a margin: a run whose short first window is clearly below it (beyond
+    # its 95 % interval) is not timed in full (measure.loop). None: every run is timed in full.
+    prune_below_tokens_per_sec: float | None = None
 
     def __post_init__(self) -> None:
         kind = self.device.split(":", 1)[0]
@@ -220,6 +223,12 @@ class RunSpec:
             check_int("seq_len", self.seq_len, minimum=2)
         if self.global_batch_tokens is not None:
             check_int("global_batch_tokens", self.global_batch_tokens, minimum=1, maximum=MAX_GLOBAL_BATCH_TOKENS)
+        if self.prune_below_tokens_per_sec is not None and not (
+            is_finite_number(self.prune_below_tokens_per_sec) and self.prune_below_tokens_per_sec > 0
+        ):
+            raise UsageError(
+                f"prune_below_tokens_per_sec must be a positive number, got {self.prune_below_tokens_per_sec!r}"
+            )
         if not is_finite_number(self.memory_headroom) or not 0 <= self.memory_headroom < 1:
             raise UsageError(f"memory_headroom must be a fraction from 0 to below 1, got {self.memory_headroom!r}")
 

@@ -30,8 +30,7 @@ import _common  # noqa: F401
 import optuna
 from _common import md_table
 from _replay import TOLERANCE, History, Strategy, Sweep, best_feasible, measured, memory_limit, run_seeds
-
-from autotune.search.sampler import make_sampler
+from time_to_recipe import TunerHooks, tpe_sampler
 
 DEFAULT_SWEEP = Path(__file__).resolve().parent / "data" / "cpu_gpt2_tiny_sweep.json"
 STRATEGIES = ("tpe", "random", "grid")
@@ -58,7 +57,14 @@ def strategies(sweep: Sweep) -> dict[str, Strategy]:
 
     return {
         # the tuner's own construction (autotune.study.lifecycle.open_study)
-        "tpe": Strategy("tpe", make_sampler, stop=everything_seen),
+        "tuner": Strategy(
+            "tuner",
+            tpe_sampler,
+            build=TunerHooks(sweep).build,
+            skip=TunerHooks(sweep).skip,
+            stop=lambda h: TunerHooks(sweep).stop(h) or everything_seen(h),
+        ),
+        "tpe": Strategy("tpe", tpe_sampler, stop=everything_seen),
         "random": Strategy("random", lambda seed: optuna.samplers.RandomSampler(seed=seed), stop=everything_seen),
         "grid": Strategy("grid", grid_sampler(sweep.records), stop=everything_seen),
     }

@@ -68,10 +68,12 @@ from _replay import (
 )
 
 from autotune.device.info import DeviceInfo
-from autotune.search.convergence import StopWhenConverged, space_dimensions
-from autotune.search.expert_start import expert_configs
-from autotune.search.memory_model import skip_prediction
+from autotune.errors import UnsupportedConfig
+from autotune.knobs.support import DeviceCapabilities, check_supported
+from autotune.search.memory_model import MemoryContext, skip_prediction
+from autotune.search.planner import Planner
 from autotune.search.sampler import make_sampler
+from autotune.study.record import read_trials
 
 DEFAULT_SWEEP = Path(__file__).resolve().parent / "data" / "cpu_gpt2_tiny_sweep_large.json"
 DEFAULT_QUANTILE = 0.7  # the heaviest ~30 % of measured configurations are over the limit
@@ -129,49 +131,81 @@ def sweep_device(sweep: Sweep) -> DeviceInfo:
     return DeviceInfo.from_dict(device) if device else DeviceInfo(kind="cpu", name="cpu")
 
 
+_PLANNERS: dict[tuple[str, int, str], Planner] = {}
+
+
+def sweep_planner(sweep: Sweep, limit: int, variant: str = "") -> Planner:
+    """The tuner's planner for a sweep and a limit, as `autotune search` makes one for a study
+    (search.run.make_planner): the sweep's space, device and model, every configuration of the
+    space a candidate unless a rule or the device refuses it. Built once per sweep and limit (it
+    keeps no state of a run: each proposal reads the study)."""
+    key = (sweep.path, limit, variant)
+    if key not in _PLANNERS:
+        device = sweep_device(sweep)
+        caps = DeviceCapabilities(device.kind, device.capability_tuple, has_triton=True, cpu_bf16=True)
+
+        def valid(cfg: Any) -> bool:
+            try:
+                check_supported(cfg, caps)
+            except UnsupportedConfig:
+                return False
+            return True
+
+        memory = MemoryContext.of(
+            device.kind,
+            model=sweep.meta.get("model"),
+            n_layer=sweep.meta.get("n_layer"),
+            seq_len=sweep.meta.get("seq_len"),
+            dims=None,
+        )
+        _PLANNERS[key] = Planner(
+            sweep.space,
+            device_kind=device.kind,
+            compute_capability=device.capability_tuple,
+            memory=memory,
+            feasible_limit=limit,
+            valid=valid,
+        )
+    return _PLANNERS[key]
+
+
 @dataclass(frozen=True)
 class TunerHooks:
-    """Issue 15's items 1-3 as the tuner runs them, through the package's own functions:
-    `skip` is the objective's memory model (memory_model.skip_prediction on the study's trials,
-    against the limit), `propose` the expert start (expert_start.expert_configs for the sweep's
-    device and space, first, as a new study enqueues it), `stop` --until-converged
-    (convergence.StopWhenConverged on the study, K and the noise from its own trials)."""
+    """The search as `autotune search` runs it by default, through the package's own code: its
+    sampler (search.sampler.PlannerSampler over search.planner.Planner), the objective's memory
+    check (search.memory_model.skip_prediction: a configuration sure not to fit is not run) and
+    the planner's stop rule, asked after every trial."""
 
     sweep: Sweep
 
-    def skip(self, history: History, cfg: Any) -> Any:
-        trials = history.study.get_trials(deepcopy=False)
-        return skip_prediction(trials, cfg.to_dict(), history.limit, device_kind=sweep_device(self.sweep).kind)
+    def build(self, sweep: Sweep, limit: int, seed: int) -> optuna.samplers.BaseSampler:
+        return make_sampler(sweep_planner(sweep, limit), seed=seed)
 
-    def propose(self, history: History) -> dict[str, Any] | None:
-        configs = expert_configs(sweep_device(self.sweep), self.sweep.space)
-        n = len(history.steps)
-        return configs[n] if n < len(configs) else None
+    def skip(self, history: History, cfg: Any) -> Any:
+        planner = sweep_planner(self.sweep, history.limit)
+        prediction = skip_prediction(read_trials(history.study), cfg.to_dict(), history.limit, planner.memory_context)
+        return prediction
 
     def stop(self, history: History) -> str | None:
-        rule = StopWhenConverged(space_dimensions(self.sweep.space)).check(history.study)
-        return None if rule is None else f"converged: {rule.describe()}"
+        return history.study.sampler.stop_reason(history.study)
 
 
-def tuner(
-    sweep: Sweep,
-    name: str = "tuner",
-    sampler: Callable[[int], optuna.samplers.BaseSampler] = make_sampler,
-    *,
-    without: Sequence[str] = (),
-    about: str = "",
-) -> Strategy:
-    """The tuner as shipped (`sampler`, memory model, expert start, until converged), less the
-    items named in `without` ("memory", "expert", "converged")."""
+def tuner(sweep: Sweep, name: str = "tuner", *, without: Sequence[str] = (), about: str = "") -> Strategy:
+    """The tuner as shipped, less the items named in `without` ("stop": run to the target)."""
     hooks = TunerHooks(sweep)
     return Strategy(
         name,
-        sampler,
-        skip=None if "memory" in without else hooks.skip,
-        propose=None if "expert" in without else hooks.propose,
-        stop=None if "converged" in without else hooks.stop,
-        about=about or f"{name}: the tuner's sampler, memory model, expert start, until converged",
+        lambda seed: optuna.samplers.RandomSampler(seed=seed),  # unused: `build` makes the sampler
+        skip=hooks.skip,
+        stop=None if "stop" in without else hooks.stop,
+        build=hooks.build,
+        about=about or f"{name}: the planner's sampler, its memory check and its stop rule",
     )
+
+
+def tpe_sampler(seed: int) -> optuna.samplers.BaseSampler:
+    """TPE as Optuna 5 ships it, with the memory constraint (the tuner's sampler before this round)."""
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, constant_liar=False)
 
 
 def strategies(sweep: Sweep) -> dict[str, Strategy]:
@@ -179,27 +213,9 @@ def strategies(sweep: Sweep) -> dict[str, Strategy]:
     random_ = lambda seed: optuna.samplers.RandomSampler(seed=seed)  # noqa: E731
     pool = [
         tuner(sweep),
-        tuner(sweep, "tuner -memory", without=["memory"], about="the tuner without its memory model"),
-        tuner(sweep, "tuner -expert", without=["expert"], about="the tuner without its expert start"),
-        tuner(sweep, "tuner -converged", without=["converged"], about="the tuner, run to the target"),
-        tuner(sweep, "tuner-gp", gp_sampler, about="the tuner with GPSampler for TPE"),
-        tuner(sweep, "tuner-gp -converged", gp_sampler, without=["converged"], about="tuner-gp, run to the target"),
-        tuner(
-            sweep,
-            "tuner-tpe10 -converged",
-            tpe_with(n_startup_trials=10),
-            without=["converged"],
-            about="the tuner with TPE's 10 start-up trials (Optuna's default), run to the target",
-        ),
-        tuner(
-            sweep,
-            "tuner-tpe-group -converged",
-            tpe_with(n_startup_trials=5, group=True),
-            without=["converged"],
-            about="the tuner with TPE group=True (conditional params modelled per group), run to the target",
-        ),
-        Strategy("tpe", make_sampler, about="the tuner's sampler alone, constraint recorded"),
-        Strategy("tpe-unconstr", make_sampler, constraints=False, about="TPE, no constraint"),
+        tuner(sweep, "tuner -stop", without=["stop"], about="the tuner without its stop rule, run to the target"),
+        Strategy("tpe", tpe_sampler, about="Optuna's TPE, memory constraint recorded"),
+        Strategy("tpe-unconstr", tpe_sampler, constraints=False, about="TPE, no constraint"),
         Strategy("gp", gp_sampler, about="Optuna's GPSampler alone, constraint recorded"),
         Strategy("random", random_, about="random"),
         Strategy("grid", random_, propose=grid_order(sweep), about="every configuration once, shuffled per seed"),
@@ -207,10 +223,9 @@ def strategies(sweep: Sweep) -> dict[str, Strategy]:
     return {s.name: s for s in pool}
 
 
-# The table's strategies by default, about a minute at 20 seeds: the tuner, each of its items left
-# out, its TPE alone, and the baselines. The rest (GP's fits take minutes; the TPE settings were
-# explored once) run with --strategies; benchmarks/README.md has their figures.
-DEFAULT = ("tuner", "tuner -memory", "tuner -expert", "tuner -converged", "tpe", "random", "grid")
+# The table's strategies by default: the tuner, it run to the target, TPE, and the baselines. GP
+# (its fits take minutes) runs with --strategies; benchmarks/README.md has its figures.
+DEFAULT = ("tuner", "tuner -stop", "tpe", "random", "grid")
 
 
 def summarize(runs: Sequence[Run], limit: int, best: float) -> dict[str, Any]:

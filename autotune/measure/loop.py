@@ -59,6 +59,7 @@ from autotune.measure.peaks import PhasePeaks, memory_meter
 from autotune.measure.setup import set_up_training
 from autotune.measure.warmup import WarmUp
 
+SHORT_SHARE = 0.25  # a pruning trial's first window: this share of the steps and minimum time
 CV_TARGET = 0.05  # above this, the run takes more samples, then is flagged unstable
 MAX_STEPS_FACTOR = 50  # the minimum timed window stretches --steps at most this many times
 MAX_RETIMES = 3  # windows dropped for a compile event in them before the last one is kept, flagged
@@ -130,9 +131,7 @@ class _Run:
                 self.extremes = self._run_extremes(run.step, run.loader)
                 self.phase["warmup"] = time.perf_counter() - t
                 t = time.perf_counter()
-                window = self._clean_window(run.batches, run.step)
-                if window.cv > CV_TARGET:  # noisy: one more window of samples before judging
-                    window = window.merge(self._clean_window(run.batches, run.step))
+                window = self._window(run)
                 self.phase["timed"] = time.perf_counter() - t
                 self.peaks.close("window")
             finally:
@@ -140,6 +139,33 @@ class _Run:
             return self._result(run.model, window, warm)
 
     # --- the steps ------------------------------------------------------------------------
+
+    def _window(self, run) -> "_Window":
+        """The timed steps. With a threshold to prune below (the search's best, less a margin), a
+        short window first: clearly below it, beyond its 95 % interval, and the run is not timed in
+        full (`short_window`); otherwise the rest of the window follows, merged with it."""
+        threshold = self.spec.prune_below_tokens_per_sec
+        if threshold is not None:
+            first = self._clean_window(run.batches, run.step, SHORT_SHARE)
+            high = self._interval_high(first)
+            if high is not None and high < threshold:
+                first.short = True
+                return first
+            window = first.merge(self._clean_window(run.batches, run.step, 1.0 - SHORT_SHARE))
+        else:
+            window = self._clean_window(run.batches, run.step)
+        if window.cv > CV_TARGET:  # noisy: one more window of samples before judging
+            window = window.merge(self._clean_window(run.batches, run.step))
+        return window
+
+    def _interval_high(self, window: "_Window") -> float | None:
+        rate = window.tokens / window.wall_s
+        times, work = window.step_times, window.work_per_step
+        interval = intervals.rate_interval(rate, times, work, accumulation=self.accumulation)
+        if interval is not None:
+            return interval[1]
+        # Too few effective samples for the interval (autocorrelated steps): twice the window's spread.
+        return rate * (1 + 2 * max(window.cv, CV_TARGET)) if len(times) >= 2 else None
 
     def _run_extremes(self, step: Callable, loader: DataLoader) -> Extremes:
         """One step on each extreme shape, its peak read apart (`measure.extremes`)."""
@@ -156,19 +182,22 @@ class _Run:
         self.peaks.close("extremes")
         return extremes
 
-    def _clean_window(self, batches: Iterator, step: Callable) -> "_Window":
+    def _clean_window(self, batches: Iterator, step: Callable, share: float = 1.0) -> "_Window":
         """A timed window in which nothing was compiled or recorded: one with a compile
         event is timed again, up to MAX_RETIMES times (the last one is kept, and flagged
         by its `recompiles`)."""
-        window = self._timed(batches, step)
+        window = self._timed(batches, step, share)
         dropped = 0
         while window.recompiles and dropped < MAX_RETIMES:
             dropped += 1
-            window = self._timed(batches, step)
+            window = self._timed(batches, step, share)
         window.retimed = dropped
         return window
 
-    def _timed(self, batches: Iterator, step: Callable) -> "_Window":
+    def _timed(self, batches: Iterator, step: Callable, share: float = 1.0) -> "_Window":
+        """One timed window of at least `share` of the run's steps and minimum time."""
+        steps = max(2, round(share * self.spec.steps))
+        min_time = share * self.spec.min_time_s
         window = _Window(accumulation=self.accumulation)
         clock = self.session.clock()
         events_before = self.events.total
@@ -178,12 +207,9 @@ class _Run:
             start = time.perf_counter()
             clock.mark()
             while (
-                len(window.widths) < self.spec.steps
+                len(window.widths) < steps
                 or len(window.widths) % self.accumulation  # whole optimizer steps only
-                or (
-                    time.perf_counter() - start < self.spec.min_time_s
-                    and len(window.widths) < MAX_STEPS_FACTOR * self.spec.steps
-                )
+                or (time.perf_counter() - start < min_time and len(window.widths) < MAX_STEPS_FACTOR * steps)
             ):
                 t = time.perf_counter()
                 x, y, *documents = next(batches)  # packed documents add document_ids
@@ -266,6 +292,7 @@ class _Run:
             energy_source=self.energy.source,
             energy_note=self.energy.note,
             unstable=window.cv > CV_TARGET,
+            short_window=window.short,
             steps=len(window.step_times),
             accumulation_steps=self.accumulation,
             optimizer_steps=len(window.step_times) // self.accumulation,
@@ -302,6 +329,7 @@ class _Window:
     gpu_utilization: float | None = None
     final_loss: float | None = None
     energy_j: float | None = None  # joules over the window; None without an energy counter
+    short: bool = False  # stopped after a short window: clearly below the search's best
 
     work_per_step: list[float] = field(default_factory=list)  # modelled FLOPs of each step (see cv)
     accumulation: int = 1  # micro-steps per optimizer step; the window starts at a boundary

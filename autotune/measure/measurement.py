@@ -53,6 +53,9 @@ class Measurement:
     energy_source: str | None = None  # nvml-device, rapl-package: whole-device counters
     energy_note: str | None = None
     unstable: bool = False
+    # The search asked to stop early below a threshold (its best less a margin), and this run's
+    # short first window was clearly below it: its figures are that window's (search.planner).
+    short_window: bool = False
     steps: int = 0  # timed steps: micro-steps, under gradient accumulation
     accumulation_steps: int = 1  # micro-steps per optimizer step
     optimizer_steps: int | None = None  # in the timed window (steps // accumulation_steps)

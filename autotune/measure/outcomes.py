@@ -12,6 +12,8 @@
     timeout             killed, with its whole process group, at the trial timeout
     crashed             died (signal, fatal error) or raised something unexpected
     interrupted         stopped by the user (Ctrl-C), or by SIGTERM / SIGHUP
+    killed              killed by a signal from outside (kill -9 of the trial, not the OOM killer):
+                        no fault of the configuration, and nothing learnt of its memory
 
 Every place that learns how a run ended (the measuring loop, the trial process and its
 parent, the study, `verify`) asks a function of this module, and records what it returns.
@@ -43,6 +45,7 @@ class Outcome(str, enum.Enum):
     CRASHED = "crashed"
     INTERRUPTED = "interrupted"
     PREDICTED_OVER_LIMIT = "predicted_over_limit"
+    KILLED = "killed"
 
     __str__ = str.__str__  # "ok", not "Outcome.OK", in messages and f-strings
     __format__ = str.__format__
@@ -65,6 +68,7 @@ TIMEOUT = Outcome.TIMEOUT
 CRASHED = Outcome.CRASHED
 INTERRUPTED = Outcome.INTERRUPTED
 PREDICTED_OVER_LIMIT = Outcome.PREDICTED_OVER_LIMIT
+KILLED = Outcome.KILLED
 
 # Outcomes that measured a throughput the sampler can learn from.
 MEASURED = (OK, OVER_MEMORY_LIMIT)

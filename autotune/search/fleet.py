@@ -239,24 +239,19 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
 
 
 def fleet_stop(settings, study, ctx, *, ran: int, interrupted: bool):
-    """Why the workers stopped, as one search: each decided for itself, on the shared study."""
-    from autotune.search.convergence import (
-        budget_stop,
-        confirmation_repeats,
-        converged_stop,
-        feasible_values,
-        interrupted_stop,
-        rule_for,
-        space_dimensions,
-    )
+    """Why the workers stopped, as one search: each decided for itself, on the shared study; the
+    planner says whether the study has settled."""
+    from autotune.search.sampler import study_sampler
+    from autotune.search.stopping import budget_stop, interrupted_stop, settled_stop
 
     if interrupted:
         return interrupted_stop("SIGINT")
-    trials = study.get_trials(deepcopy=False)
-    rule = rule_for(trials, space_dimensions(ctx.space), confirmation_repeats(study.user_attrs, trials))
-    if settings.until_converged and rule.converged(feasible_values(trials)):
-        return converged_stop(rule)
-    return budget_stop(ran=ran, n_trials=settings.trial_cap, timeout_s=settings.timeout_s)
+    why = study_sampler(ctx).stop_reason(study)
+    if why is not None:
+        return settled_stop(why)
+    return budget_stop(
+        ran=ran, n_trials=settings.trial_cap, timeout_s=settings.timeout_s, cap=settings.n_trials is None
+    )
 
 
 def supervise(

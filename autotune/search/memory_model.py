@@ -1,215 +1,407 @@
-"""Peak memory of a configuration, predicted from the trials a study has already run, so that a
-configuration sure to break the memory limit is not run to find out (DeepSpeed's autotuner
-skips such configurations with a memory estimate; Lightning and HF users find the limit by
-probing for OOM).
+"""Peak memory of any configuration, predicted from every measured trial, with an interval, so that
+the search proposes only what fits and a configuration sure to break the limit is never run.
 
-What is predicted, and from what:
+The model, in three layers:
 
-- A *family* is a set of configurations whose knobs are all equal except the token budget
-  (the one budget-like knob of TrainConfig: the global batch is the study's, the same for every
-  trial). Within a family, memory is `fixed + per_token x budget`: weights, gradients and
-  optimizer state do not depend on the budget, activations and logits are linear in it
-  (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
-  eq. 1-2: s*b*h*(34 + 5*a*s/h) bytes per layer, linear in the tokens s*b).
-- Two or more measured peaks at different budgets: a least-squares line, its slope held at
-  or above zero, extrapolated to the proposed budget.
-- Memory never falls as the budget grows, all else equal: a family member that went over
-  the limit (out of memory, or measured above it) at a budget no larger than the proposed one
-  makes the proposal over the limit too, whatever the fit says. A single measured peak below
-  the limit only bounds the proposal from below, which says nothing about the limit.
-- No family member, or only smaller budgets under the limit with one point: no basis, `None`,
-  and the trial runs.
+1. An analytic prior (`search.priors.analytic_memory`): peak = static + per_token x budget, from
+   the model's shape: weights, gradients and AdamW state; activations per token by dtype,
+   attention kernel (math keeps the T x T scores) and checkpointed blocks; the logits (standard
+   loss) or a chunk of them (chunked); compile's workspaces and CUDA graphs' pools.
+2. Two scales fitted to every measured peak (`static` and `per_token` each times a factor,
+   least squares on relative error, held near 1 by a prior): what the prior got wrong across
+   the board, e.g. the allocator's rounding or a model wider than assumed.
+3. A Bayesian linear model of what is left, in the log: a column per memory-relevant knob value,
+   per family (every knob equal but the budget) and the log of the budget. Its posterior gives
+   each prediction an sd, small for a family measured at two budgets, wider for a knob value no
+   trial ran, widest before any measurement (the prior's).
 
-A prediction *from a fit* counts as over the limit only beyond a clear margin
-(`CLEAR_MARGIN`, 10 %): a line through two points of the recorded CPU sweep
-(benchmarks/data/cpu_gpt2_tiny_sweep.json), extrapolated to each larger budget of its family,
-over-predicted the measured peak by at most 9.8 % in 48 cases (median error 0.4 %). Skipping
-a configuration that would have fit costs the search its answer; running one that does not
-fit costs one trial, so the margin leans towards running. A bound from an over-limit trial is
-certain and needs no margin.
+What teaches it: a measured peak (ok, over the limit, diverged: the run's memory is real); an
+out-of-memory trial or one stopped over the limit with no figure, as "at least the limit" (a
+censored observation: it raises what the model predicts for it, never lowers). Nothing else: a
+crash, a timeout, an interruption, a kill from outside or a prediction says nothing about memory.
+A trial over the limit also bounds its family for certain: with all other knobs equal, memory
+does not fall as the budget grows (`certain_bound`).
 
-Pure and torch-free: the study's objective calls it, and so does the sweep replay
-(benchmarks/), with the same observations."""
+On a GPU the limit is the device's memory, which DataLoader knobs do not touch (`host_only` in
+the registry), so they are not memory columns there; on a CPU the limit is the process tree's
+resident memory, workers included, and they are. Torch-free; numpy only."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from optuna.trial import FrozenTrial, TrialState
+import numpy as np
 
 from autotune import registry
 from autotune.measure import outcomes
+from autotune.model.sizes import ModelDims
+from autotune.search import priors
+from autotune.search.throughput_model import bayesian_linear
 from autotune.units import format_bytes
 
-# The knob a family varies. TrainConfig has one budget-like knob: the global batch
-# (RunSpec.global_batch_tokens) is fixed per study, reached by accumulating micro-batches of
-# `token_budget`, and accumulation does not change the peak of one micro-batch.
-BUDGET_KNOBS = ("token_budget",)
-CLEAR_MARGIN = 0.10  # see the module docstring: the largest over-prediction of the CPU sweep was 9.8 %
-# Knobs that move host memory only. On a GPU the limit is the device's memory, which DataLoader
-# workers and pinned host buffers do not touch, so configurations that differ only in these knobs
-# share a family there. On a CPU the limit is the process tree's resident memory, workers
-# included: there they define the family like any other knob.
+BUDGET, BLOCKS = "token_budget", "checkpoint_layers"
 HOST_ONLY_KNOBS = tuple(k.name for k in registry.knobs_of(registry.TRAIN) if k.host_only)
+RESIDUAL_SD = 0.04  # a measured peak's own spread, run to run (allocator, NVML's 2 MiB pages)
+KNOB_SD, FAMILY_SD, SLOPE_SD = 0.1, 0.05, 0.15
+SCALE_PRIOR_SD = 0.35  # how far the two scales may move from 1 on little data
+CENSORED_MARGIN = 1.05  # an OOM says "at least the limit": it is taught as 5 % above it
+SURE_OVER = 0.02  # P(fit) below this: the configuration is not run (predicted_over_limit)
+EXTRAPOLATION_SD = 0.04  # of the log, per doubling of the budget beyond a family's measured ones
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """What the analytic prior needs: the device kind and the model's shape."""
+
+    device_kind: str
+    dims: ModelDims
+    heads: int
+    seq_len: int
+    exact: bool  # the shape is known (a named model, or probed), not guessed from the depth
+
+    @classmethod
+    def of(
+        cls, device_kind: str, *, model: str | None, n_layer: int | None, seq_len: int | None, dims: ModelDims | None
+    ) -> "MemoryContext":
+        d, heads, exact = priors.model_dims(model, n_layer, dims)
+        return cls(device_kind, d, heads, seq_len or 1024, exact)
+
+    def prior(self, knobs: Mapping[str, Any]) -> priors.MemoryPrior:
+        return priors.analytic_memory(
+            knobs,
+            device_kind=self.device_kind,
+            dims=self.dims,
+            heads=self.heads,
+            seq_len=self.seq_len,
+            exact=self.exact,
+        )
+
+    def ignored(self) -> tuple[str, ...]:
+        """Knobs that cannot move the memory the limit applies to."""
+        return HOST_ONLY_KNOBS if self.device_kind == "cuda" else ()
 
 
 @dataclass(frozen=True)
 class MemoryObservation:
-    """What one finished trial says about memory. `params`: its knob values (TrainConfig.to_dict()).
-    `peak_bytes`: its measured peak, None when it never measured one (out of memory, or stopped
-    by the CPU watchdog). `over_limit`: it broke the study's limit, so every configuration of its
-    family with a budget at least as large breaks it too."""
+    """What one finished trial says about memory. `params`: its knob values. `peak_bytes`: its
+    measured peak, None when it never measured one (out of memory, or stopped by the CPU
+    watchdog). `over_limit`: it broke the study's limit."""
 
     params: Mapping[str, Any]
     peak_bytes: int | None
     over_limit: bool
-    trial: int | None = None  # its number in the study, so that a basis can name it
+    trial: int | None = None
 
 
 @dataclass(frozen=True)
 class MemoryPrediction:
-    """A predicted peak and where it comes from. `peak_bytes` is the fit's estimate, or, for a
-    bound from an over-limit trial (`lower_bound`), the least the peak can be. `basis` is one line
-    for people: which trials, what fit."""
+    """A predicted peak: its median and 95 % interval, the chance it fits the limit less the
+    headroom, and what it rests on. `certain`: a bound from an over-limit trial of its family."""
 
     peak_bytes: int
+    low_bytes: int
+    high_bytes: int
+    p_fit: float
     basis: str
-    over_limit_by_clear_margin: bool
-    lower_bound: bool = False
-    from_oom: bool = False  # a bound from a trial that ran out of memory: how far over is unknown
-    trials: tuple[int, ...] = ()  # the trials it rests on, where the observations carry numbers
+    certain: bool = False
+    from_oom: bool = False
+    trials: tuple[int, ...] = ()
+
+    @property
+    def sure_over(self) -> bool:
+        return self.certain or self.p_fit < SURE_OVER
 
     def constraint(self, limit_bytes: int, headroom: float = 0.0) -> float:
-        """The memory constraint to record for this prediction, as the objective records a
-        measured one (outcomes.memory_constraint: against the limit less the headroom, as a
-        fraction of the limit; feasible at or below 0). A bound from an out-of-memory trial
-        inherits that trial's constraint (how far over is unknown)."""
+        """The memory constraint to record for it, as a measured one is (a bound from an OOM: how
+        far over is unknown)."""
         excess = outcomes.memory_constraint(self.peak_bytes, limit_bytes, headroom)
         return max(excess, outcomes.UNKNOWN_EXCESS) if self.from_oom else excess
 
 
-def observations_from_trials(trials: Iterable[FrozenTrial]) -> list[MemoryObservation]:
-    """The memory facts of a study's finished trials, as the objective records them: the
-    configuration in user attr `config`, the outcome in `outcome`, a measured peak in
-    `peak_memory_bytes`. A trial that did not get as far as memory (unsupported, crashed, timed
-    out, interrupted), a configuration skipped on a prediction (a prediction is no fact: it
-    must not feed the next one), and a re-proposed configuration (it copies its original's
-    figures) say nothing new and are left out."""
-    found: list[MemoryObservation] = []
-    for t in trials:
-        attrs = t.user_attrs
-        config, outcome = attrs.get("config"), attrs.get("outcome")
-        if config is None or outcome is None or "duplicate_of" in attrs:
-            continue
-        peak = attrs.get("peak_memory_bytes")
-        over = outcome in outcomes.INFEASIBLE
-        if over or (peak is not None and outcome in outcomes.MEASURED_MEMORY):
-            found.append(MemoryObservation(dict(config), peak if isinstance(peak, int) else None, over, t.number))
-    return found
-
-
-def skip_prediction(
-    trials: Iterable[FrozenTrial], params: Mapping[str, Any], limit_bytes: int, *, device_kind: str
-) -> MemoryPrediction | None:
-    """The prediction on which a study skips configuration `params` (knob values), or None when
-    it runs: what the objective asks before every sampled trial, and what the sweep replay
-    (benchmarks/time_to_recipe.py) asks in its place. `trials`: the study's trials (those not
-    finished say nothing). Host-only knobs share a family on a GPU (HOST_ONLY_KNOBS)."""
-    done = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    ignore = HOST_ONLY_KNOBS if device_kind == "cuda" else ()
-    prediction = predict_peak(observations_from_trials(done), params, limit_bytes, ignore=ignore)
-    return prediction if prediction is not None and prediction.over_limit_by_clear_margin else None
-
-
 def family_key(params: Mapping[str, Any], ignore: Iterable[str] = ()) -> tuple:
     """What a family shares: every knob but the budget (and `ignore`d ones)."""
-    skip = set(BUDGET_KNOBS) | set(ignore)
+    skip = {BUDGET} | set(ignore)
     return tuple(sorted((k, _hashable(v)) for k, v in params.items() if k not in skip))
-
-
-def predict_peak(
-    observations: Sequence[MemoryObservation],
-    params: Mapping[str, Any],
-    limit_bytes: int,
-    *,
-    ignore: Iterable[str] = (),
-) -> MemoryPrediction | None:
-    """The predicted peak of configuration `params` (knob values), or None without a basis.
-    `ignore`: knobs that do not move the memory the limit applies to (HOST_ONLY_KNOBS on a GPU)."""
-    ignore = tuple(ignore)
-    budget = int(params["token_budget"])
-    key = family_key(params, ignore)
-    family = [o for o in observations if family_key(o.params, ignore) == key]
-    if not family:
-        return None
-    bound = _over_limit_bound(family, budget, limit_bytes)
-    fit = _linear_fit(family, budget)
-    if bound is not None:
-        peak, basis, from_oom, numbers = bound
-        if fit is not None and fit[0] > peak:  # the fit says more than the bound: both are the basis
-            return MemoryPrediction(fit[0], f"{basis}; {fit[1]}", True, trials=tuple(dict.fromkeys(numbers + fit[2])))
-        return MemoryPrediction(peak, basis, True, lower_bound=True, from_oom=from_oom, trials=numbers)
-    if fit is None:
-        return None
-    peak, basis, numbers = fit
-    # Never below a peak measured at a budget no larger than this one (the monotonic rule).
-    floor = max((o.peak_bytes for o in family if o.peak_bytes is not None and _budget(o) <= budget), default=0)
-    peak = max(peak, floor)
-    return MemoryPrediction(peak, basis, peak >= (1 + CLEAR_MARGIN) * limit_bytes, trials=numbers)
-
-
-def _over_limit_bound(
-    family: Sequence[MemoryObservation], budget: int, limit_bytes: int
-) -> tuple[int, str, bool, tuple[int, ...]] | None:
-    """(least peak, basis, from an OOM, trials) when a family member at a budget <= `budget` broke the limit."""
-    over = [o for o in family if o.over_limit and _budget(o) <= budget]
-    if not over:
-        return None
-    # The member with the largest budget bounds tightest; its measured peak if it has one
-    # (over the limit by definition), else just above the limit.
-    o = max(over, key=lambda o: (_budget(o), o.peak_bytes or 0))
-    peak = max(o.peak_bytes or 0, limit_bytes + 1)
-    what = f"measured peak {format_bytes(o.peak_bytes)}" if o.peak_bytes is not None else "out of memory"
-    basis = (
-        f"{_name(o)} at token_budget {_budget(o)} went over the limit ({what}); with all other knobs equal, "
-        f"memory does not fall as the budget grows to {budget}"
-    )
-    return peak, basis, o.peak_bytes is None, _numbers([o])
-
-
-def _linear_fit(family: Sequence[MemoryObservation], budget: int) -> tuple[int, str, tuple[int, ...]] | None:
-    """(peak at `budget`, basis, trials) from a least-squares line through the family's
-    measured peaks; None with fewer than two distinct budgets."""
-    points = [(_budget(o), o.peak_bytes, o) for o in family if o.peak_bytes is not None]
-    if len({b for b, _, _ in points}) < 2:
-        return None
-    n = len(points)
-    mean_b = sum(b for b, _, _ in points) / n
-    mean_m = sum(m for _, m, _ in points) / n
-    slope = sum((b - mean_b) * (m - mean_m) for b, m, _ in points) / sum((b - mean_b) ** 2 for b, _, _ in points)
-    slope = max(0.0, slope)  # memory does not fall with the budget: a negative slope is noise
-    fixed = mean_m - slope * mean_b
-    peak = int(round(fixed + slope * budget))
-    names = ", ".join(f"{_name(o)} ({b}: {format_bytes(m)})" for b, m, o in sorted(points, key=lambda p: p[0]))
-    basis = (
-        f"linear fit of peak vs token_budget over {names}: {format_bytes(int(fixed))} + "
-        f"{format_bytes(int(round(slope)))}/token -> {format_bytes(peak)} at {budget}"
-    )
-    return peak, basis, _numbers([o for _, _, o in points])
-
-
-def _budget(o: MemoryObservation) -> int:
-    return int(o.params["token_budget"])
-
-
-def _name(o: MemoryObservation) -> str:
-    return f"#{o.trial}" if o.trial is not None else "a trial"
-
-
-def _numbers(obs: Iterable[MemoryObservation]) -> tuple[int, ...]:
-    return tuple(o.trial for o in obs if o.trial is not None)
 
 
 def _hashable(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
+
+
+class MemoryModel:
+    """Fit to a study's observations, then asked of any configuration (one by one: `predict`,
+    `p_fit`; or the planner's candidates at once: `Batch`)."""
+
+    def __init__(self, context: MemoryContext, feasible_limit: int, configs: Sequence[Mapping[str, Any]] = ()) -> None:
+        self.context, self.feasible_limit = context, feasible_limit
+        self.lines: dict[tuple, tuple[float, float, list[int]]] = {}
+        self.observations: list[MemoryObservation] = []
+        self.columns: dict[tuple, int] = {("intercept",): 0, ("log-budget",): 1}
+        for c in configs:
+            self._keys(c, create=True)
+        self.log_budget_ref = math.log(8192)
+        self.posterior = bayesian_linear(
+            np.zeros((0, len(self.columns))), np.zeros(0), np.zeros(0), np.zeros(len(self.columns)), self._prior_sd()
+        )
+        self.family_offset: dict[tuple, tuple[float, float]] = {}  # family -> (mean, variance) of its offset
+
+    # --- columns ------------------------------------------------------------------------------------
+
+    def _keys(self, params: Mapping[str, Any], *, create: bool) -> list[tuple[int, float]]:
+        ignore = self.context.ignored()
+        keys: list[tuple[tuple, float]] = [(("intercept",), 1.0), (("log-budget",), self._log_budget(params))]
+        for knob, value in params.items():
+            if knob in ignore or knob == BUDGET:
+                continue
+            key = ("blocks", len(value or ())) if knob == BLOCKS else ("value", knob, _hashable(value))
+            keys.append((key, 1.0))
+        out = []
+        for key, v in keys:
+            j = self.columns.get(key)
+            if j is None and create:
+                j = self.columns[key] = len(self.columns)
+            if j is not None:
+                out.append((j, v))
+            elif key[0] != "log-budget":
+                out.append((-1, KNOB_SD**2))  # a column nobody declared: its prior variance
+        return out
+
+    def _log_budget(self, params: Mapping[str, Any]) -> float:
+        return math.log(max(1, int(params[BUDGET]))) - getattr(self, "log_budget_ref", math.log(8192))
+
+    def _row(self, params: Mapping[str, Any]) -> tuple[np.ndarray, float]:
+        x, extra = np.zeros(len(self.columns)), 0.0
+        for j, v in self._keys(params, create=False):
+            if j < 0:
+                extra += v
+            else:
+                x[j] += v
+        return x, extra
+
+    def _prior_sd(self) -> np.ndarray:
+        sd = np.full(len(self.columns), KNOB_SD)
+        sd[0] = priors.PRIOR_SD if self.context.exact else 1.5 * priors.PRIOR_SD
+        sd[1] = SLOPE_SD
+        return sd
+
+    def _base(self, params: Mapping[str, Any]) -> float:
+        p = self.context.prior(params)
+        return p.static + p.per_token * int(params[BUDGET])
+
+    # --- fitting ----------------------------------------------------------------------------------
+
+    def fit(self, observations: Sequence[MemoryObservation]) -> "MemoryModel":
+        self.observations = list(observations)
+        for o in self.observations:
+            self._keys(o.params, create=True)
+        measured = [o for o in self.observations if o.peak_bytes]
+        self.lines = _family_lines(measured, self.context.ignored())
+        rows, targets = list(measured), [float(o.peak_bytes) for o in measured]
+        self._fit_residuals(rows, targets)
+        censored = [o for o in self.observations if o.peak_bytes is None and o.over_limit]
+        for _ in range(2):  # an OOM predicted to fit: taught "at least the limit", then fitted again
+            low = [o for o in censored if self.log_peak(o.params)[0] < math.log(CENSORED_MARGIN * self.feasible_limit)]
+            if not low:
+                break
+            rows, targets = rows + low, targets + [CENSORED_MARGIN * self.feasible_limit] * len(low)
+            self._fit_residuals(rows, targets)
+        return self
+
+    def _fit_residuals(self, rows: Sequence[MemoryObservation], targets: Sequence[float]) -> None:
+        """The shared columns' posterior, then each family's offset from what is left (shrunk
+        towards 0 by its prior: a family measured once moves part of the way, twice most of it)."""
+        X = np.array([self._row(o.params)[0] for o in rows]).reshape(len(rows), len(self.columns))
+        y = np.array([math.log(t) - math.log(self._base(o.params)) for o, t in zip(rows, targets)])
+        noise = np.full(len(rows), RESIDUAL_SD)
+        self.posterior = bayesian_linear(X, y, noise, np.zeros(len(self.columns)), self._prior_sd())
+        residual = y - X @ self.posterior.mean if len(rows) else y
+        sums: dict[tuple, list[float]] = {}
+        for o, r in zip(rows, residual):
+            sums.setdefault(family_key(o.params, self.context.ignored()), []).append(float(r))
+        self.family_offset = {}
+        for family, rs in sums.items():
+            precision = len(rs) / RESIDUAL_SD**2 + 1.0 / FAMILY_SD**2
+            self.family_offset[family] = (sum(rs) / RESIDUAL_SD**2 / precision, 1.0 / precision)
+
+    # --- predicting ---------------------------------------------------------------------------------
+
+    def log_peak(self, params: Mapping[str, Any]) -> tuple[float, float]:
+        """Mean and sd of the log of the peak of `params` (knob values)."""
+        family = family_key(params, self.context.ignored())
+        if family in self.lines:
+            return _on_line(self.lines[family], int(params[BUDGET]))
+        x, extra = self._row(params)
+        offset, offset_var = self.family_offset.get(family, (0.0, FAMILY_SD**2))
+        mean = math.log(self._base(params)) + float(x @ self.posterior.mean) + offset
+        var = float(x @ self.posterior.cov @ x) + extra + offset_var + RESIDUAL_SD**2
+        return mean, math.sqrt(var)
+
+    def p_fit(self, params: Mapping[str, Any]) -> float:
+        if self.certain_bound(params) is not None:
+            return 0.0
+        mean, sd = self.log_peak(params)
+        return _normal_cdf((math.log(self.feasible_limit) - mean) / sd)
+
+    def certain_bound(self, params: Mapping[str, Any]) -> MemoryObservation | None:
+        """A trial of the same family, at a budget no larger, that went over the limit."""
+        ignore = self.context.ignored()
+        key, budget = family_key(params, ignore), int(params[BUDGET])
+        over = [
+            o
+            for o in self.observations
+            if o.over_limit and family_key(o.params, ignore) == key and int(o.params[BUDGET]) <= budget
+        ]
+        return max(over, key=lambda o: (int(o.params[BUDGET]), o.peak_bytes or 0)) if over else None
+
+    def predict(self, params: Mapping[str, Any]) -> MemoryPrediction:
+        """The prediction for `params`, with its interval and its basis, for people."""
+        bound = self.certain_bound(params)
+        mean, sd = self.log_peak(params)
+        peak = int(math.exp(mean))
+        low, high = int(math.exp(mean - 1.96 * sd)), int(math.exp(mean + 1.96 * sd))
+        used = tuple(o.trial for o in self.observations if o.trial is not None)
+        if bound is not None:
+            what = f"measured peak {format_bytes(bound.peak_bytes)}" if bound.peak_bytes else "out of memory"
+            basis = (
+                f"#{bound.trial} at token_budget {bound.params[BUDGET]} went over the limit ({what}); with all other "
+                f"knobs equal, memory does not fall as the budget grows to {params[BUDGET]}"
+            )
+            least = max(bound.peak_bytes or 0, self.feasible_limit + 1)
+            return MemoryPrediction(
+                least, least, max(high, least), 0.0, basis, True, bound.peak_bytes is None, (bound.trial,)
+            )
+        n = sum(1 for o in self.observations if o.peak_bytes)
+        named = f" (trials {', '.join(f'#{t}' for t in used[:8])}{', ...' if len(used) > 8 else ''})" if used else ""
+        basis = (
+            f"model of {n} measured peak{'s' if n != 1 else ''}{named} on the analytic prior: {format_bytes(peak)}, "
+            f"95 % within {format_bytes(low)}-{format_bytes(high)}"
+        )
+        return MemoryPrediction(peak, low, high, self.p_fit(params), basis, trials=used)
+
+
+class Batch:
+    """The planner's candidates, predicted at once: their rows, priors and families, made once
+    per study; the fitted model's scales, posterior and family offsets applied at each ask."""
+
+    def __init__(self, model: MemoryModel, configs: Sequence[Mapping[str, Any]]) -> None:
+        self.model = model
+        self.configs = configs
+        n, f = len(configs), len(model.columns)
+        self.X = np.zeros((n, f))
+        self.extra = np.zeros(n)
+        self.static = np.zeros(n)
+        self.token = np.zeros(n)
+        self.families: list[tuple] = []
+        for i, c in enumerate(configs):
+            x, extra = model._row(c)
+            self.X[i, : len(x)], self.extra[i] = x, extra
+            p = model.context.prior(c)
+            self.static[i], self.token[i] = p.static, p.per_token * int(c[BUDGET])
+            self.families.append(family_key(c, model.context.ignored()))
+
+    def log_peaks(self) -> tuple[np.ndarray, np.ndarray]:
+        m = self.model
+        f = len(m.posterior.mean)
+        X = self.X[:, :f] if self.X.shape[1] >= f else np.pad(self.X, ((0, 0), (0, f - self.X.shape[1])))
+        base = np.log(self.static + self.token)
+        offsets = np.array([m.family_offset.get(k, (0.0, FAMILY_SD**2)) for k in self.families])
+        mean = base + X @ m.posterior.mean + offsets[:, 0]
+        var = np.einsum("ij,jk,ik->i", X, m.posterior.cov, X, optimize=True) + self.extra + offsets[:, 1]
+        sd = np.sqrt(var + RESIDUAL_SD**2)
+        for i, key in enumerate(self.families):
+            if key in m.lines:
+                mean[i], sd[i] = _on_line(m.lines[key], int(self.configs[i][BUDGET]))
+        return mean, sd
+
+    def p_fit(self) -> np.ndarray:
+        mean, sd = self.log_peaks()
+        z = (math.log(self.model.feasible_limit) - mean) / sd
+        p = 0.5 * _erfc(-z / math.sqrt(2))
+        # A family member at a budget no larger went over the limit: certainly over.
+        ignore = self.model.context.ignored()
+        smallest_over: dict[tuple, int] = {}
+        for o in self.model.observations:
+            if o.over_limit:
+                key = family_key(o.params, ignore)
+                smallest_over[key] = min(smallest_over.get(key, 1 << 62), int(o.params[BUDGET]))
+        if smallest_over:
+            for i, (key, c) in enumerate(zip(self.families, self.configs)):
+                if key in smallest_over and int(c[BUDGET]) >= smallest_over[key]:
+                    p[i] = 0.0
+        return p
+
+
+def _family_lines(measured: Sequence[MemoryObservation], ignore: Iterable[str]) -> dict[tuple, tuple]:
+    """Each family measured at two budgets or more: its own least-squares line, peak = fixed +
+    per_token x budget (slope held at or above 0), with its budgets. Within a family a line
+    extrapolated from two points over-predicted the recorded CPU sweep's peaks by at most 9.8 %."""
+    points: dict[tuple, list[tuple[int, int]]] = {}
+    for o in measured:
+        points.setdefault(family_key(o.params, ignore), []).append((int(o.params[BUDGET]), int(o.peak_bytes)))
+    lines = {}
+    for family, pts in points.items():
+        budgets = sorted({b for b, _ in pts})
+        if len(budgets) < 2:
+            continue
+        n = len(pts)
+        mb, mp = sum(b for b, _ in pts) / n, sum(p for _, p in pts) / n
+        slope = sum((b - mb) * (p - mp) for b, p in pts) / sum((b - mb) ** 2 for b, _ in pts)
+        slope = max(0.0, slope)
+        lines[family] = (mp - slope * mb, slope, budgets)
+    return lines
+
+
+def _on_line(line: tuple, budget: int) -> tuple[float, float]:
+    """(mean, sd) of the log peak at `budget` on a family's line: tight between its budgets, wider
+    the further it extrapolates (EXTRAPOLATION_SD per doubling beyond them)."""
+    fixed, slope, budgets = line
+    peak = max(1.0, fixed + slope * budget)
+    beyond = max(0.0, math.log2(budget / budgets[-1]), math.log2(budgets[0] / budget))
+    return math.log(peak), math.sqrt(RESIDUAL_SD**2 + (EXTRAPOLATION_SD * beyond) ** 2)
+
+
+def observations_from_records(records: Iterable[Any]) -> list[MemoryObservation]:
+    """The memory facts of a study's finished trials (`study.record.TrialRecord`s): measured peaks
+    (ok, over the limit, diverged) and over-limit outcomes without one (oom, the CPU watchdog).
+    Not: a trial that did not get as far as memory (unsupported, crashed, timed out, interrupted,
+    killed from outside), a prediction (no fact: it must not feed the next one), or a re-proposed
+    configuration (it copies its original's figures)."""
+    found = []
+    for r in records:
+        if r.config is None or r.outcome is None or r.duplicate_of is not None:
+            continue
+        over = r.outcome in outcomes.INFEASIBLE
+        if over or (r.peak_memory_bytes is not None and r.outcome in outcomes.MEASURED_MEMORY):
+            peak = r.peak_memory_bytes if r.outcome in outcomes.MEASURED_MEMORY else None
+            found.append(MemoryObservation(dict(r.config), peak, over, r.number))
+    return found
+
+
+def skip_prediction(
+    records: Iterable[Any], params: Mapping[str, Any], feasible_limit: int, context: MemoryContext
+) -> MemoryPrediction | None:
+    """The prediction on which a study skips `params` without running it (sure over the limit
+    less the headroom), or None when it runs. What the objective asks before every sampled
+    trial, and what the sweep replay (benchmarks/time_to_recipe.py) asks in its place. Before
+    any memory was measured the prior alone never skips: the trial runs, and teaches the model."""
+    observations = observations_from_records(records)
+    if not observations:
+        return None  # no basis but the prior: it runs, and teaches the model
+    prediction = MemoryModel(context, feasible_limit).fit(observations).predict(params)
+    return prediction if prediction.sure_over else None
+
+
+def memory_context(ctx: Any) -> MemoryContext:
+    """The memory model's context for a study (`study.lifecycle.StudyContext`)."""
+    return MemoryContext.of(
+        ctx.device.kind, model=ctx.spec.model, n_layer=ctx.space.n_layer, seq_len=ctx.space.seq_len, dims=ctx.model_dims
+    )
+
+
+def _normal_cdf(z: float) -> float:
+    return 0.5 * math.erfc(-z / math.sqrt(2))
+
+
+_erfc = np.vectorize(math.erfc, otypes=[float])

@@ -5,6 +5,7 @@ running (`predicted_over_limit`, see `search.memory_model`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -18,12 +19,14 @@ from autotune.config import TrainConfig
 from autotune.errors import UnsupportedConfig
 from autotune.knobs.support import check_supported
 from autotune.measure import outcomes
-from autotune.search.memory_model import skip_prediction
+from autotune.search.memory_model import memory_context, skip_prediction
 from autotune.search.references import reference_config
+from autotune.search.sampler import PlannerSampler
 from autotune.space.sampling import suggest
 from autotune.study import record
 from autotune.study.leaders import objective_value
 from autotune.study.lifecycle import StudyContext
+from autotune.study.record import read_trials
 from autotune.study.references import REFERENCE_ATTR
 from autotune.trial.processes import stop_signal_of
 from autotune.trial.runner import TrialResult, run_trial
@@ -55,6 +58,7 @@ class Objective:
         self.on_running = on_running
         self.trial_env = trial_env
         self.memory_model = memory_model
+        self.prune_below: float | None = None  # this trial's: the planner's best less a margin
 
     def __call__(self, trial: optuna.Trial) -> float:
         reference = trial.user_attrs.get(REFERENCE_ATTR)
@@ -64,6 +68,7 @@ class Objective:
                 trial.set_user_attr("reference_notes", notes)
         else:
             cfg = suggest(self.ctx.space, trial)
+            self._note_proposal(trial)
         trial.set_user_attr(record.CONFIG, cfg.to_dict())
         trial.set_user_attr(record.HOST, socket.gethostname())
         trial.set_user_attr(record.TUNER_PID, os.getpid())
@@ -82,8 +87,8 @@ class Objective:
         what feasibility allows, the limit less the headroom, as for a measured peak."""
         limit, headroom = self.ctx.memory_limit_bytes, self.ctx.memory_headroom
         target = outcomes.feasible_peak_bytes(limit, headroom)
-        trials = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-        prediction = skip_prediction(trials, cfg.to_dict(), target, device_kind=self.ctx.device.kind)
+        records = [r for r in read_trials(trial.study) if r.number != trial.number]
+        prediction = skip_prediction(records, cfg.to_dict(), target, memory_context(self.ctx))
         if prediction is None:
             return False
         _, reason = outcomes.skipped_over_limit(prediction.peak_bytes, limit, headroom, prediction.basis)
@@ -92,6 +97,18 @@ class Objective:
         trial.set_constraint(record.MEMORY, prediction.constraint(limit, headroom))
         log.info("trial %d: %s", trial.number, reason)
         return True
+
+    def _note_proposal(self, trial: optuna.Trial) -> None:
+        """What proposed this trial and why (the planner's stage, its expectations), and the
+        threshold below which its timed window stops short (clearly worse than the best)."""
+        self.prune_below = None
+        sampler = trial.study.sampler
+        proposal = sampler.proposal_for(trial.number) if isinstance(sampler, PlannerSampler) else None
+        if proposal is None:
+            return
+        trial.set_user_attr(record.PROPOSED_BY, proposal.stage.replace(" ", "_"))
+        trial.set_user_attr(record.PLAN, proposal.to_attrs())
+        self.prune_below = proposal.prune_below
 
     def _reject_if_impossible(self, trial: optuna.Trial, cfg: TrainConfig) -> None:
         """Known-impossible combinations never start a process: recorded and pruned at no cost."""
@@ -119,8 +136,11 @@ class Objective:
         if self.on_running:
             self.on_running(trial.number, cfg)
         try:
+            spec = self.ctx.spec
+            if getattr(self, "prune_below", None) is not None:
+                spec = dataclasses.replace(spec, prune_below_tokens_per_sec=self.prune_below)
             return run_trial(
-                self.ctx.spec,
+                spec,
                 cfg,
                 timeout_s=self.ctx.trial_timeout_s,
                 device=self.ctx.device,

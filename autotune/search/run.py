@@ -11,7 +11,6 @@ Printing belongs to the caller: progress goes through a `Reporter` (the CLI's dr
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
@@ -33,22 +32,14 @@ from autotune.measure import outcomes
 from autotune.model.sizes import ModelDims
 from autotune.recipe.from_study import write_recipe
 from autotune.search.confirm import confirm_leaders
-from autotune.search.convergence import (
-    SearchStop,
-    StopWhenConverged,
-    budget_stop,
-    converged_stop,
-    interrupted_stop,
-    space_dimensions,
-)
-from autotune.search.expert_start import enqueue_expert_start
 from autotune.search.objective import Objective, TrialFailed
 from autotune.search.references import enqueue_references
-from autotune.search.sampler import make_sampler
+from autotune.search.sampler import PlannerSampler, study_sampler
 from autotune.search.settings import SearchSettings
+from autotune.search.stopping import SearchStop, budget_stop, interrupted_stop, settled_stop
 from autotune.space.file import default_space_path, load_space
 from autotune.study.leaders import DEFAULT_OBJECTIVE, OBJECTIVES
-from autotune.study.lifecycle import StudyContext, check_rules, fail_orphaned_trials, open_study
+from autotune.study.lifecycle import StudyContext, check_rules, fail_orphaned_trials, open_study, worker_seed
 from autotune.study.record import TrialRecord
 from autotune.study.storage import check_storage_writable, heartbeat_grace_s, open_storage, study_names
 from autotune.study.summary import StudySummary, summarize
@@ -87,6 +78,7 @@ class SearchResult:
     new_study: bool
     worker_failures: list[str] = field(default_factory=list)  # --devices: workers that did not end well
     stopped: SearchStop | None = None  # why the search stopped
+    stages: dict[str, int] = field(default_factory=dict)  # trials by what proposed them (stage_counts)
 
 
 def model_slug(model: str) -> str:
@@ -314,19 +306,17 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
     def on_create(study: optuna.Study) -> None:
         # Once per study, by the process that creates it: never again on resume, nor by the
         # other workers of --devices. The references first (the yardsticks), then a warm start:
-        # it is measured evidence from a study like this one; the expert start is a general guess.
+        # measured evidence from a study like this one, before the planner's own proposals.
         if settings.references:
             enqueue_references(study)
         if warm is not None:
             warm.enqueue(study)
-        if settings.expert_start:
-            enqueue_expert_start(study, ctx)
 
     study, is_new = open_study(
         name,
         storage,
         ctx,
-        sampler=functools.partial(make_sampler, shared=is_shared(settings, url)),
+        sampler=lambda seed: study_sampler(ctx, seed),
         seed=settings.seed,
         on_create=on_create,
     )
@@ -344,6 +334,7 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
                 "--new-study)",
                 name,
             )
+        study.sampler = study_sampler(ctx, worker_seed(settings.seed, len(study.trials)))  # its own limit, headroom
     orphans = fail_orphaned_trials(study)
     if orphans:
         log.warning("failed %d trial(s) left running by a killed tuner: %s", len(orphans), orphans)
@@ -375,10 +366,17 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
         if reporter:
             reporter.trial_finished(TrialRecord.read(trial, study.user_attrs), summarize(study))
 
-    callbacks: list = [after_trial]
-    convergence = StopWhenConverged(space_dimensions(ctx.space)) if settings.until_converged else None
-    if convergence is not None:
-        callbacks.append(convergence)
+    settled: list[str] = []
+
+    def settle(study: optuna.Study, trial: FrozenTrial) -> None:
+        # The planner's rule, after every trial: nothing left is expected to gain more than the noise.
+        if isinstance(study.sampler, PlannerSampler) and ran < (settings.trial_cap or 1 << 30):
+            why = study.sampler.stop_reason(study)
+            if why is not None:
+                settled.append(why)
+                study.stop()
+
+    callbacks: list = [after_trial, settle]
     stop: KeyboardInterrupt | None = None
     try:
         study.optimize(
@@ -410,14 +408,28 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
         path = write_recipe(study, summary, name, url, settings.recipe)
     if stop is not None:
         stopped = interrupted_stop(signal.Signals(stop_signal_of(stop)).name)
-    elif convergence is not None and convergence.fired is not None:
-        stopped = converged_stop(convergence.fired)
+    elif settled:
+        stopped = settled_stop(settled[-1])
     else:
-        stopped = budget_stop(ran=ran, n_trials=settings.trial_cap, timeout_s=settings.timeout_s)
-    result = SearchResult(study, summary, ctx, url, path, opened.is_new, stopped=stopped)
+        stopped = budget_stop(
+            ran=ran, n_trials=settings.trial_cap, timeout_s=settings.timeout_s, cap=settings.n_trials is None
+        )
+    result = SearchResult(study, summary, ctx, url, path, opened.is_new, stopped=stopped, stages=stage_counts(summary))
     if stop is not None:
         raise SearchInterrupted(result, stop_signal_of(stop))
     return result
+
+
+def stage_counts(summary: StudySummary) -> dict[str, int]:
+    """The study's trials by what proposed them: the references, a warm start, each stage of the
+    planner (search.planner: the expert prior, kernels, budget and memory, data loader)."""
+    counts: dict[str, int] = {}
+    for t in summary.trials:
+        if not t.finished:
+            continue
+        stage = t.reference and "reference" or t.proposed_by or "enqueued"
+        counts[stage] = counts.get(stage, 0) + 1
+    return counts
 
 
 SQLITE_WORKERS_WARNING = (

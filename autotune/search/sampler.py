@@ -1,18 +1,120 @@
-"""The tuner's sampler, in one place: benchmarks/ replay this exact construction."""
+"""The tuner's sampler: an Optuna sampler whose every proposal is the planner's (`search.planner`),
+so the study, its storage, optuna-dashboard and the workers sharing it work as with any sampler.
+
+Before each trial it asks the planner for a whole configuration, reading every finished trial of
+the study (`study.record`) and, when other workers share the study, the configurations they are
+running (which it will not propose again: Optuna's "constant liar" for a model that is not TPE).
+`sample_independent` then answers each parameter `sampling.suggest` asks for from that proposal.
+A trial with fixed parameters (the references, a warm start, an enqueued one) is left as it is.
+After each trial `stop_reason` says whether to stop (the planner's rule). benchmarks/ replay this
+exact sampler (time_to_recipe.py's `tuner`)."""
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.search.planner import Planner, Proposal, Stop
+from autotune.study.record import read_trials
+from autotune.study.references import REFERENCE_ATTR
 
 
-def make_sampler(seed: int | None, *, shared: bool = False) -> optuna.samplers.BaseSampler:
-    """The tuner's sampler, in one place: benchmarks/sample_efficiency.py replays this exact one.
-    TPE (multivariate by default in Optuna 5) reads the memory constraint that the objective
-    records with `trial.set_constraint`; 5 random start-up trials before it models the space.
+class PlannerSampler(optuna.samplers.BaseSampler):
+    def __init__(self, planner: Planner | Callable[[], Planner], *, seed: int | None = None) -> None:
+        self._planner = planner
+        self._fallback = optuna.samplers.RandomSampler(seed=seed)
+        self.proposals: dict[int, Proposal] = {}
+        self.stopped: str | None = None  # why the planner had nothing to propose, if it did not
 
-    `shared`: several workers sample this study at once (--devices, or a journal / database
-    storage that other tuners may join). TPE then counts the trials still running as bad ones
-    ("constant liar", Optuna's `constant_liar`), so that workers starting together do not all
-    propose the same region. Optuna 5 turns it on by default; it is set here explicitly, off for
-    a lone worker, where nothing else runs and it would only keep TPE from caching trials."""
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5, constant_liar=shared)
+    @property
+    def planner(self) -> Planner:
+        if not isinstance(self._planner, Planner):
+            self._planner = self._planner()  # built when first needed: listing the space takes a moment
+        return self._planner
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return {}
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if "fixed_params" in trial.system_attrs or REFERENCE_ATTR in trial.user_attrs:
+            return  # enqueued: the references, a warm start, a trial enqueued by hand
+        records = [r for r in read_trials(study) if r.number != trial.number]
+        running = [r.config for r in records if r.state is TrialState.RUNNING and r.config]
+        result = self.planner.propose(records, running)
+        if isinstance(result, Stop):
+            self.stopped = result.reason
+        else:
+            self.proposals[trial.number] = result
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        proposal = self.proposals.get(trial.number)
+        if proposal is not None and param_name in proposal.params:
+            value = proposal.params[param_name]
+            try:
+                if param_distribution._contains(param_distribution.to_internal_repr(value)):
+                    return value
+            except (ValueError, TypeError):
+                pass
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def proposal_for(self, number: int) -> Proposal | None:
+        return self.proposals.get(number)
+
+    def stop_reason(self, study: optuna.Study) -> str | None:
+        """Why the search should stop now (no trial is expected to gain more than the noise), or None."""
+        if self.stopped is not None:
+            return self.stopped
+        records = read_trials(study)
+        running = [r.config for r in records if r.state is TrialState.RUNNING and r.config]
+        return self.planner.stop_reason(records, running)
+
+
+def make_sampler(planner: Planner | Callable[[], Planner], seed: int | None = None) -> PlannerSampler:
+    """The tuner's sampler for a study (its planner made from the study's context)."""
+    return PlannerSampler(planner, seed=seed)
+
+
+def planner_for(ctx: Any, seed: int | None = None) -> Planner:
+    """The planner of a study (`study.lifecycle.StudyContext`): its space and device, its memory
+    limit less the headroom, the model's shape where it is known; a candidate must keep the
+    space's rules, run on this device, and divide the study's global batch."""
+    from autotune.errors import UnsupportedConfig
+    from autotune.knobs.support import check_supported
+    from autotune.measure import outcomes
+    from autotune.search.memory_model import memory_context
+
+    caps = ctx.capabilities
+
+    def valid(cfg: Any) -> bool:
+        try:
+            check_supported(cfg, caps)
+            ctx.spec.accumulation_steps(cfg)
+        except UnsupportedConfig:
+            return False
+        return True
+
+    memory = memory_context(ctx)
+    return Planner(
+        ctx.space,
+        device_kind=ctx.device.kind,
+        compute_capability=ctx.device.capability_tuple,
+        memory=memory,
+        feasible_limit=outcomes.feasible_peak_bytes(ctx.memory_limit_bytes, ctx.memory_headroom),
+        valid=valid,
+        seed=seed or 0,
+    )
+
+
+def study_sampler(ctx: Any, seed: int | None = None) -> PlannerSampler:
+    """The sampler `autotune search` gives a study: its planner, built when first asked."""
+    return PlannerSampler(lambda: planner_for(ctx, seed), seed=seed)

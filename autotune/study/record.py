@@ -44,7 +44,8 @@ PREDICTED_PEAK, MEMORY_BASIS, MEMORY_BASIS_TRIALS = (
     "memory_basis",
     "memory_basis_trials",
 )
-PROPOSED_BY = "proposed_by"  # which stage of the search proposed it (search.plan); absent: the sampler
+PROPOSED_BY = "proposed_by"  # which stage of the planner proposed it (search.planner); absent: enqueued
+PLAN = "plan"  # the planner's expectations of it: reason, predicted tokens/s and peak, p_fit, seconds
 EXPERT_START = "expert_start"  # older studies: the expert-start trial's label
 HOST, TUNER_PID, TRIAL_PID, DEVICE_UUID = "host", "tuner_pid", "trial_pid", "device_uuid"
 REASON_LIMIT = 4000  # characters of a reason kept in storage

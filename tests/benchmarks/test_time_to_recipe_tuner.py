@@ -1,6 +1,6 @@
-"""The shipped tuner in the sweep replay (benchmarks/time_to_recipe.py, issue 15 item 4): its
-memory model, expert start and convergence rule act on the replayed study through the
-package's own functions, as they act on a real one."""
+"""The shipped tuner in the sweep replay (benchmarks/time_to_recipe.py): its sampler (the
+planner), its memory check and its stop rule act on the replayed study through the package's
+own code, as they act on a real one."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from tests.helpers import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _replay import Strategy, replay  # noqa: E402
-from time_to_recipe import TunerHooks, markdown, run, sweep_device, tuner  # noqa: E402
+from time_to_recipe import TunerHooks, markdown, run, sweep_planner, tuner  # noqa: E402
 
-from autotune.search.expert_start import expert_configs  # noqa: E402
+from autotune.search.planner import EXPERT  # noqa: E402
 from tests.benchmarks.test_time_to_recipe import LIMIT, MiB, in_order, random_sampler, sweep  # noqa: E402
 
 TARGET = 0.97 * 120.0
 BEST = {"token_budget": 2048, "amp_dtype": "bfloat16"}
 
 
-def test_the_memory_model_skips_a_larger_budget_of_a_family_that_went_over():
+def test_the_memory_check_skips_a_larger_budget_of_a_family_that_went_over():
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     s = sweep()
     # 2048/fp32 measures 600 MiB, over the 500 MiB limit: 4096/fp32 (same family, a larger budget) is
@@ -36,36 +36,27 @@ def test_the_memory_model_skips_a_larger_budget_of_a_family_that_went_over():
     assert r.recommended["params"] == BEST
 
 
-def test_the_tuner_starts_from_the_expert_configuration_and_stops_when_converged():
+def test_the_tuner_starts_from_the_planners_expert_proposal_and_stops_on_its_own():
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     s = sweep()
-    expert = expert_configs(sweep_device(s), s.space)
-    assert expert == [
-        {"token_budget": 4096, "amp_dtype": "float32"}
-    ]  # the CPU expert: fp32, the largest budget <= 4096
-    # (a random sampler for the tuner's GP: the hooks are the subject, and GP's fits take seconds)
-    r = replay(s, tuner(s, sampler=random_sampler), 0, limit=LIMIT, target=TARGET, max_trials=60)
-    assert r.steps[0].record["params"] == expert[0]
-    # K = max(10, 2 x 2 dimensions) = 10 finished trials without a gain past the noise (1 %: no CVs recorded)
-    assert r.stopped.startswith("hook: converged: no trial in the last 10 ")
-    # ... finished trials after the last to improve the best feasible (each step here is one), not before
-    feasible = [st.record["tokens_per_sec"] if st.fate == "run" and st.record["peak_memory_bytes"] and st.record[
-        "peak_memory_bytes"] <= LIMIT else None for st in r.steps]  # fmt: skip
-    best = max(v for v in feasible if v is not None)
-    assert len(r.steps) - 1 - feasible.index(best) == 10
-    assert r.recommended["tokens_per_sec"] == best
+    first = sweep_planner(s, LIMIT).propose([])
+    assert first.stage == EXPERT and first.config["amp_dtype"] == "float32"  # a CPU: float32 first
+    r = replay(s, tuner(s), 0, limit=LIMIT, target=TARGET, max_trials=60)
+    assert r.steps[0].record["config"] == first.config
+    assert r.stopped.startswith("hook: ")  # the planner's rule, long before the 60 trials
+    assert len(r.steps) <= 6  # the space has 6 configurations, one unsupported
+    assert r.recommended["params"] == BEST
 
 
 def test_the_table_reports_where_a_stopping_strategy_stops():
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     s = sweep()
-    fast = [tuner(s, sampler=random_sampler), tuner(s, "tuner -converged", random_sampler, without=["converged"])]
-    out = run(s, 2, limit=LIMIT, max_trials=60, only=["tuner", "tuner -converged"], extra=fast)
-    stopping, to_target = out["strategies"]["tuner"], out["strategies"]["tuner -converged"]
+    out = run(s, 2, limit=LIMIT, max_trials=60, only=["tuner", "tuner -stop"])
+    stopping, to_target = out["strategies"]["tuner"], out["strategies"]["tuner -stop"]
     assert stopping["stop_rule"] and not to_target["stop_rule"]
-    assert stopping["recommends_over_limit"] == 0
-    assert all(why.startswith("hook: converged") for why in stopping["stopped"])
+    assert stopping["recommends_over_limit"] == 0 and stopping["recommends_within_3pct"] == 2
+    assert all(why.startswith("hook: ") for why in stopping["stopped"])
     assert to_target["stopped"] == {"target": 2}
     rows = {line.split(" | ")[0]: line for line in markdown(out).splitlines() if line.startswith("| tuner")}
-    assert rows["| tuner"].endswith(f" | {stopping['recommends_within_3pct']}/2 |")
-    assert rows["| tuner -converged"].endswith(" | - | - | - |")
+    assert rows["| tuner"].endswith(" | 2/2 |")
+    assert rows["| tuner -stop"].endswith(" | - | - | - |")

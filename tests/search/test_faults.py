@@ -38,7 +38,7 @@ def test_segfault_is_crashed_and_the_search_goes_on(workdir):
     assert result.exit_code == 1
     assert result.stderr.splitlines()[-1] == "Error: no trial finished a measurement; no recipe written"
     trials = load_study("tests.fault_models-segfault-cpu", None).get_trials(states=FINISHED)
-    assert len(trials) == 2  # the second trial ran after the first crashed (the expert start waits)
+    assert len(trials) == 2  # the second trial ran after the first crashed
     for t in trials:
         assert t.state == TrialState.FAIL
         assert t.user_attrs["outcome"] == "crashed"
@@ -119,7 +119,7 @@ def test_over_memory_limit_is_infeasible_and_never_best(workdir):
 def test_raises_is_crashed_with_the_exception(workdir):
     result = run_search(search_settings(model="tests.fault_models:raises", n_trials=1))
     assert result.summary.best is None and result.recipe_path is None
-    assert result.summary.counts == {"crashed": 1, "waiting": 2}  # the checklist and the expert start
+    assert result.summary.counts == {"crashed": 1, "waiting": 1}  # the checklist
     trial = result.study.trials[0]
     assert trial.state == TrialState.FAIL and trial.user_attrs["reference"] == "baseline"
     reason = trial.user_attrs["reason"]

@@ -189,9 +189,9 @@ def test_devices_parent_sets_up_the_study_once_warns_on_sqlite_and_sums_up(tmp_p
     assert [p.n_trials for p in seen["plans"]] == [2, 2, 2, 2]
     study = load("sqlite:///studies/fleet.db", "fleet")
     waiting = study.get_trials(states=(TrialState.WAITING,))
-    # the two references and the expert start, enqueued once, by the parent
-    assert len(waiting) == 3 and study.user_attrs["identity"]
-    assert [t.user_attrs.get("expert_start") for t in waiting] == [None, None, "cpu-expert"]
+    # the two references, enqueued once, by the parent
+    assert len(waiting) == 2 and study.user_attrs["identity"]
+    assert [t.user_attrs.get("reference") for t in waiting] == ["baseline", "checklist"]
     assert result.new_study and result.worker_failures == [] and result.summary.best is None
 
 

@@ -69,19 +69,25 @@ def test_a_study_made_without_a_global_batch_refuses_one(tmp_path, monkeypatch):
 
 
 def test_a_budget_that_does_not_divide_the_global_batch_is_pruned_without_a_process(tmp_path, monkeypatch):
+    """The planner never proposes a budget that does not divide the global batch; one enqueued by
+    hand (a warm start of another study, say) is pruned before any process starts."""
     monkeypatch.chdir(tmp_path)
     calls: list = []
     fake_trials(monkeypatch, calls=calls)
-    result = search("--global-batch-tokens", "1024", "--n-trials", "6")  # the space's budgets: 1024, 2048
+    result = search("--global-batch-tokens", "1024", "--n-trials", "4")  # the space's budgets: 1024, 2048
     assert result.exit_code == 0, result.output
     assert calls and all(cfg.token_budget == 1024 for _, cfg in calls)
-    pruned = [t for t in load_study(STUDY, None).trials if t.user_attrs["config"]["token_budget"] == 2048]
-    assert pruned, "the sampler proposed no 2048 budget in 6 trials"
-    for trial in pruned:
-        assert trial.state == optuna.trial.TrialState.PRUNED and trial.user_attrs["outcome"] == outcomes.UNSUPPORTED
-        assert trial.user_attrs["reason"] == (
-            "token_budget: 2048 tokens a micro-batch is more than the global batch of 1024 tokens"
-        )
+    study = load_study(STUDY, None)
+    assert all(t.user_attrs["config"]["token_budget"] == 1024 for t in study.trials)
+    study.enqueue_trial({"token_budget": 2048, "amp_dtype": "float32", "sdpa_backend": "math", "checkpoint_count": 0})
+    ran = len(calls)
+    assert search("--global-batch-tokens", "1024", "--n-trials", "1").exit_code == 0
+    pruned = load_study(STUDY, None).trials[-1]
+    assert len(calls) == ran  # no process
+    assert pruned.state == optuna.trial.TrialState.PRUNED and pruned.user_attrs["outcome"] == outcomes.UNSUPPORTED
+    assert pruned.user_attrs["reason"] == (
+        "token_budget: 2048 tokens a micro-batch is more than the global batch of 1024 tokens"
+    )
 
 
 def test_a_global_batch_no_budget_of_the_space_divides_is_refused(tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ STUDY = "gpt2-tiny-cpu"
 
 
 def search(*args: str):
-    return CliRunner().invoke(main, ["search", *FAST, "--no-expert-start", "--json", *args])
+    return CliRunner().invoke(main, ["search", *FAST, "--json", *args])
 
 
 def references(study) -> list[str]:

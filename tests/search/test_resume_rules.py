@@ -92,8 +92,8 @@ def test_new_study_on_request(resumable):
     result = search("--memory-limit", "300MiB", "--n-trials", "2", "--new-study")
     assert result.exit_code == 1 and "Error: no trial fits the memory limit; no recipe written" in result.stderr
     new = load_study(f"{STUDY}-2", None)
-    # the two references ran; the expert start waits for the next run
-    assert new.user_attrs["memory_limit_bytes"] == 300 * MiB and len(new.trials) == 3
+    # the two references ran
+    assert new.user_attrs["memory_limit_bytes"] == 300 * MiB and len(new.trials) == 2
     assert not (resumable / "recipes" / f"{STUDY}-2.json").exists()
     assert len(load_study(STUDY, None).trials) == 3  # the old study is untouched
 
@@ -142,8 +142,8 @@ def test_ctrl_c_during_study_creation_leaves_a_whole_study(tmp_path, monkeypatch
     assert result.exit_code == 130, (result.exit_code, handlers, result.output)
     assert result.stderr == "Error: interrupted (Ctrl-C)\n"
     study = load_study(STUDY, None)
-    # set up whole: the two references and the expert start
-    assert study.user_attrs.get("identity") and len(study.trials) == 3
+    # set up whole: the two references
+    assert study.user_attrs.get("identity") and len(study.trials) == 2
     monkeypatch.setattr(run_module, "enqueue_references", real)
     waits = no_waiting_for_a_creator(monkeypatch)
     assert search("--n-trials", "1").exit_code == 0

@@ -24,7 +24,6 @@ GIVEN = {
     "timeout_s": 5400.0,
     "recipe": "recipes/r.json",
     "objective": "tokens_per_joule",
-    "until_converged": True,
     "memory_model": False,
     "confirm": False,
 }

@@ -1,0 +1,327 @@
+"""The search's reasoning: what to measure next, and when to stop.
+
+Every configuration of the space (or, for a space too large to list, a sample of it plus the
+neighbours of the best so far) is a candidate. Before each trial the planner fits two models to
+every trial the study has finished:
+
+- throughput (`search.throughput_model`): log tokens/s, a Bayesian linear model whose prior is
+  what experts know per device class (`search.priors`: bf16 over fp32, flash over math, compile
+  over eager, packed over padded, a budget that saturates, checkpointing's third more compute);
+- memory (`search.memory_model`): the peak of any configuration, with an interval, from an
+  analytic prior and every measured peak.
+
+It then proposes the candidate with the largest expected improvement over the best feasible
+tokens/s so far, times the chance that it fits the limit less the headroom, per expected second
+(a compile costs minutes; a graph compiled before comes from inductor's cache; DataLoader knobs
+change no graph). So the first trial is what an expert runs first: the precision, kernels and
+compile the priors favour, at the largest budget predicted to fit. The next ones test the
+choices the priors are least sure of where a gain is still plausible, fit the budget and the
+checkpointing to the memory measured, and try DataLoader settings only once a measurement says
+the loop waited for data. A configuration sure not to fit is never proposed.
+
+It stops when no candidate is expected to gain more than `STOP_GAIN` over the best (a fraction of
+the measurement noise), and says so; never right after a trial that improved the best by more
+than the noise. Torch-free; numpy."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from autotune import registry
+from autotune.config import TrainConfig
+from autotune.measure import outcomes
+from autotune.search import priors
+from autotune.search.features import Columns
+from autotune.search.memory_model import Batch, MemoryContext, MemoryModel, observations_from_records
+from autotune.search.throughput_model import fit_throughput
+from autotune.space.definition import SearchSpace
+from autotune.space.enumerate import configurations, sample, size
+
+POOL = 40_000  # candidates scored at each ask: the whole space up to this size, else a sample
+NOISE = {priors.CPU: 0.06, "cuda": 0.015}  # the spread of one measurement of log tokens/s
+STOP_GAIN = 0.003  # expected gain of the best next trial (fraction of tokens/s) below which to stop
+MIN_FIT = 0.5  # proposals need at least this chance to fit the limit less the headroom
+COST_WEIGHT = 0.5  # expected gain per second**COST_WEIGHT: cheaper trials first, at equal promise
+CLEARLY_WORSE = 0.03  # a short window this far below the best, beyond its interval, is not timed in full
+
+HOST_ONLY = tuple(k.name for k in registry.knobs_of() if k.host_only)
+LOADER = tuple(k.name for k in registry.knobs_of() if k.role is registry.Role.LOADER)
+MEMORY_KNOBS = ("token_budget", "checkpoint_layers", "loss_impl")
+
+# Stages, as the summary counts them: what a proposal changes against the best so far.
+EXPERT, KERNELS, BUDGET, DATA_LOADER = "expert prior", "kernels", "budget and memory", "data loader"
+
+
+@dataclass(frozen=True)
+class Proposal:
+    params: dict[str, Any]  # the Optuna params that reproduce it (sampling.suggest)
+    config: dict[str, Any]  # its knobs (TrainConfig.to_dict())
+    stage: str
+    reason: str
+    predicted_tokens_per_sec: float
+    p_fit: float
+    predicted_peak_bytes: int
+    expected_seconds: float
+    prune_below: float | None = None  # tokens/s: a short window clearly below this is not timed in full
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "reason": self.reason,
+            "predicted_tokens_per_sec": self.predicted_tokens_per_sec,
+            "p_fit": self.p_fit,
+            "predicted_peak_memory_bytes": self.predicted_peak_bytes,
+            "expected_seconds": self.expected_seconds,
+        }
+
+
+@dataclass(frozen=True)
+class Stop:
+    reason: str
+
+
+def config_key(knobs: Mapping[str, Any]) -> str:
+    return json.dumps(dict(knobs), sort_keys=True)
+
+
+def graph_key(knobs: Mapping[str, Any]) -> str:
+    """What torch.compile traces depends on: every knob but the host-only ones (DataLoader)."""
+    return json.dumps({k: v for k, v in knobs.items() if k not in HOST_ONLY}, sort_keys=True)
+
+
+@dataclass
+class Observed:
+    """What a study's finished trials say, as the models read them."""
+
+    measured: list[Any] = field(default_factory=list)  # records with a throughput
+    done: set[str] = field(default_factory=set)  # configurations not to propose again
+    graphs: set[str] = field(default_factory=set)  # graphs compiled in some trial
+    best: Any = None  # the best feasible record
+    data_wait: float | None = None  # the best's share of time waiting for data
+    cost_scale: float = 1.0  # measured seconds / the prior's, over the study's trials
+    last_improved: bool = False  # the last finished trial beat the best before it by more than the noise
+    n_finished: int = 0
+
+
+class Planner:
+    """Proposals for one study: its space, device, memory limit and the model's shape."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        device_kind: str,
+        compute_capability: tuple[int, int] | None,
+        memory: MemoryContext,
+        feasible_limit: int,
+        valid: Callable[[TrainConfig], bool] = lambda cfg: True,
+        seed: int = 0,
+        pool: int = POOL,
+    ) -> None:
+        self.space, self.device_kind, self.feasible_limit, self.seed = space, device_kind, feasible_limit, seed
+        self.device = priors.device_class(device_kind, compute_capability)
+        self.noise = NOISE[priors.CPU] if device_kind == "cpu" else NOISE["cuda"]
+        self.valid, self.pool_size = valid, pool
+        self.memory_context = memory
+        self._build(self._candidates(around=()))
+
+    # --- candidates ----------------------------------------------------------------------------------
+
+    def _candidates(self, around: Sequence[TrainConfig]) -> list[tuple[dict[str, Any], TrainConfig]]:
+        if size(self.space, cap=self.pool_size) <= self.pool_size:
+            pairs = list(configurations(self.space))
+            self.exhaustive = True
+        else:
+            pairs = sample(self.space, self.pool_size, self.seed, around=around)
+            self.exhaustive = False
+        return [(p, c) for p, c in pairs if self.space.violation(c) is None and self.valid(c)]
+
+    def _build(self, pairs: list[tuple[dict[str, Any], TrainConfig]]) -> None:
+        self.params = [p for p, _ in pairs]
+        self.configs = [c.to_dict() for _, c in pairs]
+        self.keys = [config_key(c) for c in self.configs]
+        self.index = {k: i for i, k in enumerate(self.keys)}
+        self.graphs = [graph_key(c) for c in self.configs]
+        self.columns = Columns.build(self.configs, device=self.device, n_layer=self.space.n_layer or 1)
+        self.X = self.columns.matrix(self.configs)
+        self.compile_s = np.array([priors.compile_seconds(c) for c in self.configs])
+        self.memory = MemoryModel(self.memory_context, self.feasible_limit, self.configs)
+        self.batch = Batch(self.memory, self.configs)
+
+    def extend(self, around: Sequence[TrainConfig]) -> None:
+        """For a sampled (not listed) space: the neighbours of these configurations join the pool."""
+        if not self.exhaustive:
+            self._build(self._candidates(around))
+
+    # --- reading the study ----------------------------------------------------------------------------
+
+    def observe(self, records: Sequence[Any], running: Sequence[Mapping[str, Any]] = ()) -> Observed:
+        seen = Observed()
+        best_value = None
+        ratios = []
+        finished = sorted((r for r in records if r.finished and r.reference is None), key=lambda r: r.number)
+        for r in finished:
+            seen.n_finished += 1
+            if r.config is None:
+                continue
+            key = config_key(r.config)
+            if r.outcome is not outcomes.PREDICTED_OVER_LIMIT:
+                seen.done.add(key)
+            if r.duplicate_of is not None:
+                continue
+            if r.outcome in outcomes.MEASURED or r.outcome in outcomes.INFEASIBLE:
+                seen.graphs.add(graph_key(r.config))
+            if r.measured and r.tokens_per_sec and r.tokens_per_sec > 0:
+                seen.measured.append(r)
+                if r.wall_s:
+                    ratios.append(r.wall_s / self._prior_seconds(r.config, warm=False))
+            if r.feasible and r.tokens_per_sec:
+                value = math.log(r.tokens_per_sec)
+                seen.last_improved = best_value is None or value > best_value + 2 * self.noise
+                if best_value is None or value > best_value:
+                    best_value, seen.best = value, r
+            else:
+                seen.last_improved = False
+        for c in running:
+            seen.done.add(config_key(c))
+        if seen.best is not None and seen.best.measurement is not None:
+            seen.data_wait = seen.best.measurement.data_wait_fraction
+        if ratios:
+            seen.cost_scale = float(np.median(ratios))
+        return seen
+
+    def _prior_seconds(self, knobs: Mapping[str, Any], *, warm: bool) -> float:
+        kind = "cpu" if self.device_kind == "cpu" else "cuda"
+        compile_s = priors.compile_seconds(knobs) * (priors.WARM_COMPILE if warm else 1.0)
+        return priors.PROCESS_S[kind] + priors.TIMED_S[kind] + compile_s
+
+    def _loader_sd(self, seen: Observed) -> float:
+        if seen.data_wait is None:
+            return priors.LOADER_SD_UNKNOWN
+        return priors.LOADER_SD_WAITING if seen.data_wait > priors.DATA_WAIT else priors.LOADER_SD
+
+    # --- the models --------------------------------------------------------------------------------
+
+    def fit(self, records: Sequence[Any], seen: Observed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mean, sd) of every candidate's log tokens/s, and its chance to fit."""
+        prior_mean, prior_sd = self.columns.throughput_prior(self._loader_sd(seen))
+        rows = np.array([self.columns.row(r.config) for r in seen.measured]).reshape(
+            len(seen.measured), len(prior_mean)
+        )
+        y = np.array([math.log(r.tokens_per_sec) for r in seen.measured])
+        noise = np.array([self.noise * (2.0 if r.unstable else 1.0) for r in seen.measured])
+        posterior = fit_throughput(rows, y, noise, prior_mean, prior_sd)
+        mean = self.X @ posterior.mean
+        chol = np.linalg.cholesky(posterior.cov + 1e-12 * np.eye(len(prior_mean)))
+        sd = np.sqrt(np.square(self.X @ chol).sum(axis=1))
+        self.memory.fit(observations_from_records(records))
+        return mean, sd, self.batch.p_fit()
+
+    # --- proposing -------------------------------------------------------------------------------------
+
+    def propose(self, records: Sequence[Any], running: Sequence[Mapping[str, Any]] = ()) -> Proposal | Stop:
+        seen = self.observe(records, running)
+        mean, sd, p_fit = self.fit(records, seen)
+        open_ = np.array([k not in seen.done for k in self.keys])
+        if not open_.any():
+            return Stop(f"every configuration of the space was tried ({len(self.keys)})")
+        fits = open_ & (p_fit >= MIN_FIT)
+        if not fits.any():
+            if seen.best is not None:
+                return Stop("no untried configuration is likely to fit the memory limit")
+            fits = open_ & (p_fit >= p_fit[open_].max() * 0.999)  # the most likely to fit, to learn from it
+        warm = np.array([g in seen.graphs for g in self.graphs])
+        seconds = self._seconds(warm, seen.cost_scale)
+        if seen.best is None:
+            # Nothing feasible measured yet: the best expected log tokens/s among what likely fits.
+            score = np.where(fits, mean + np.log(np.maximum(p_fit, 1e-9)), -np.inf)
+            gain = None
+        else:
+            gain = expected_improvement(mean, sd, math.log(seen.best.tokens_per_sec)) * p_fit
+            score = np.where(fits, gain / np.power(seconds, COST_WEIGHT), -np.inf)
+        i = int(np.argmax(score))
+        return self._proposal(i, seen, mean, sd, p_fit, seconds, gain)
+
+    def stop_reason(self, records: Sequence[Any], running: Sequence[Mapping[str, Any]] = ()) -> str | None:
+        """Why to stop now, or None to go on."""
+        seen = self.observe(records, running)
+        if seen.best is None or seen.last_improved:
+            return None
+        mean, sd, p_fit = self.fit(records, seen)
+        open_ = np.array([k not in seen.done for k in self.keys]) & (p_fit >= MIN_FIT)
+        if not open_.any():
+            return "every configuration likely to fit was tried"
+        gain = expected_improvement(mean, sd, math.log(seen.best.tokens_per_sec)) * p_fit
+        best_gain = float(gain[open_].max())
+        if best_gain >= STOP_GAIN:
+            return None
+        j = int(np.argmax(np.where(open_, gain, -np.inf)))
+        return (
+            f"no untried configuration is expected to beat #{seen.best.number} by more than {100 * STOP_GAIN:.1f} % "
+            f"(the most promising, {self._describe(j, seen)}: {100 * best_gain:.2f} % expected, "
+            f"{p_fit[j]:.0%} likely to fit); the measurement noise is about {100 * self.noise:.1f} %"
+        )
+
+    def _seconds(self, warm: np.ndarray, scale: float) -> np.ndarray:
+        kind = "cpu" if self.device_kind == "cpu" else "cuda"
+        compile_s = self.compile_s * np.where(warm, priors.WARM_COMPILE, 1.0)
+        return scale * (priors.PROCESS_S[kind] + priors.TIMED_S[kind] + compile_s)
+
+    def _proposal(self, i, seen, mean, sd, p_fit, seconds, gain) -> Proposal:
+        config = self.configs[i]
+        stage = EXPERT if seen.best is None and not seen.measured else self._stage(config, seen)
+        peak = self.memory.predict(config)
+        tps = math.exp(mean[i])
+        if gain is None:
+            reason = f"the priors' best guess likely to fit ({p_fit[i]:.0%}): {tps:,.0f} tok/s expected"
+        else:
+            reason = (
+                f"{100 * gain[i]:.1f} % expected gain over #{seen.best.number} "
+                f"({tps:,.0f} +- {100 * sd[i]:.0f} % tok/s, {p_fit[i]:.0%} likely to fit, ~{seconds[i]:.0f} s)"
+            )
+        prune = seen.best.tokens_per_sec * (1 - CLEARLY_WORSE) if seen.best is not None else None
+        return Proposal(
+            dict(self.params[i]),
+            dict(config),
+            stage,
+            reason,
+            tps,
+            float(p_fit[i]),
+            peak.peak_bytes,
+            float(seconds[i]),
+            prune,
+        )
+
+    def _stage(self, config: Mapping[str, Any], seen: Observed) -> str:
+        if seen.best is None:
+            return BUDGET
+        changed = {k for k, v in config.items() if seen.best.config.get(k) != v}
+        if changed and changed <= set(LOADER):
+            return DATA_LOADER
+        if changed and changed <= set(MEMORY_KNOBS):
+            return BUDGET
+        return KERNELS
+
+    def _describe(self, i: int, seen: Observed) -> str:
+        config = self.configs[i]
+        changed = [f"{k}={registry.value_text(v)}" for k, v in config.items() if seen.best.config.get(k) != v]
+        return ", ".join(changed) or "the same"
+
+
+def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
+    """E[max(0, f - best)] for f ~ N(mean, sd): in the log, the expected relative gain."""
+    z = (mean - best) / sd
+    pdf = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * _erfc(-z / math.sqrt(2))
+    return np.maximum(0.0, (mean - best) * cdf + sd * pdf)
+
+
+def _erfc(x: np.ndarray) -> np.ndarray:
+    from math import erfc
+
+    return np.vectorize(erfc, otypes=[float])(x)
