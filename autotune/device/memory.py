@@ -257,3 +257,18 @@ class ProcessTreeMemory:
                 self.sample()
             except Exception:  # noqa: BLE001 - a failed reading must never stop the run it watches
                 continue
+
+
+def oom_kill_count(vmstat: str = "/proc/vmstat") -> int | None:
+    """How many processes the kernel's out-of-memory killer has killed since boot (every memory
+    cgroup's kills included: /proc/vmstat's oom_kill, Linux 4.13 and newer); None where unreadable.
+    Read before and after a trial that died of SIGKILL, it tells the OOM killer from a kill -9."""
+    try:
+        with open(vmstat, encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None

@@ -273,8 +273,9 @@ def stopped_over_memory(peak_bytes: int, limit_bytes: int) -> tuple[str, str] | 
     )
 
 
-def classify_exit(returncode: int, stderr_tail: str) -> tuple[str, str]:
-    """(outcome, reason) for a trial process that exited without writing a result."""
+def classify_exit(returncode: int, stderr_tail: str, *, oom_killed: bool | None = None) -> tuple[str, str]:
+    """(outcome, reason) for a trial process that exited without writing a result. `oom_killed`:
+    whether the kernel's OOM killer killed a process while it ran (None: unknown)."""
     if returncode < 0:
         sig = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
         if -returncode in STOP_SIGNALS:
@@ -282,8 +283,14 @@ def classify_exit(returncode: int, stderr_tail: str) -> tuple[str, str]:
             # SIGTERM to every process of a job, the trial included).
             return INTERRUPTED, f"stopped by {sig}\n{stderr_tail}".rstrip()
         if -returncode == signal.SIGKILL:
-            # Nobody else sends SIGKILL to a trial: the kernel's OOM killer is the usual sender.
-            return OOM, f"killed by SIGKILL (most likely the kernel's out-of-memory killer)\n{stderr_tail}".rstrip()
+            if oom_killed is False:
+                # The kernel counted no OOM kill meanwhile: someone sent it (kill -9, a scheduler).
+                # No fault of the configuration, and nothing to learn of its memory.
+                return KILLED, (
+                    f"killed by SIGKILL from outside (the kernel recorded no out-of-memory kill)\n{stderr_tail}"
+                ).rstrip()
+            how = "by the kernel's out-of-memory killer" if oom_killed else "(most likely the kernel's OOM killer)"
+            return OOM, f"killed by SIGKILL {how}\n{stderr_tail}".rstrip()
         return CRASHED, f"killed by {sig}\n{stderr_tail}".rstrip()
     return CRASHED, f"exited with status {returncode}\n{stderr_tail}".rstrip()
 

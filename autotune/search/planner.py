@@ -53,6 +53,10 @@ HOST_ONLY = tuple(k.name for k in registry.knobs_of() if k.host_only)
 LOADER = tuple(k.name for k in registry.knobs_of() if k.role is registry.Role.LOADER)
 MEMORY_KNOBS = ("token_budget", "checkpoint_layers", "loss_impl")
 
+# Outcomes that say nothing against a configuration: it may be proposed again (a prediction may
+# change with more trials; a kill from outside or an interruption was no fault of its own).
+AGAIN = (outcomes.PREDICTED_OVER_LIMIT, outcomes.KILLED, outcomes.INTERRUPTED)
+
 # Stages, as the summary counts them: what a proposal changes against the best so far.
 EXPERT, KERNELS, BUDGET, DATA_LOADER = "expert prior", "kernels", "budget and memory", "data loader"
 
@@ -170,7 +174,7 @@ class Planner:
             if r.config is None:
                 continue
             key = config_key(r.config)
-            if r.outcome is not outcomes.PREDICTED_OVER_LIMIT:
+            if r.outcome not in AGAIN:
                 seen.done.add(key)
             if r.duplicate_of is not None:
                 continue

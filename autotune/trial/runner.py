@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from autotune.config import RunSpec, TrainConfig, check_runnable_here
 from autotune.device import DeviceInfo, ProcessTreeMemory, descendants
-from autotune.device.memory import read_stat
+from autotune.device.memory import oom_kill_count, read_stat
 from autotune.knobs.allocator import allocator_env
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
@@ -95,7 +95,7 @@ def run_trial(
         phases["spawn_to_ready"] = child.payload["ready_at"] - child.spawned
         phases["teardown"] = max(0.0, child.wall_s - phases["spawn_to_ready"] - phases.get("total", 0.0))
         return TrialResult(m.outcome, m.reason, m, wall_s=child.wall_s, phase_s=phases)
-    outcome, reason = outcomes.classify_exit(child.returncode, child.stderr_tail)
+    outcome, reason = outcomes.classify_exit(child.returncode, child.stderr_tail, oom_killed=child.oom_killed)
     return TrialResult(outcome, reason, wall_s=child.wall_s)
 
 
@@ -119,7 +119,7 @@ def run_soak(
     if child.payload is not None:
         run = child.payload["soak"]
         return run["outcome"], run.get("reason"), run
-    return (*outcomes.classify_exit(child.returncode, child.stderr_tail), None)
+    return (*outcomes.classify_exit(child.returncode, child.stderr_tail, oom_killed=child.oom_killed), None)
 
 
 @dataclass
@@ -133,6 +133,7 @@ class ChildRun:
     spawned: float
     wall_s: float
     reaped: list[int] = field(default_factory=list)  # descendants killed after it ended
+    oom_killed: bool | None = None  # the kernel's OOM killer killed a process meanwhile; None: unknown
 
 
 def run_child(
@@ -155,6 +156,7 @@ def run_child(
         stderr_path.touch()
         argv = [*mode, str(request_path), str(result)]
         spawned = time.time()
+        kills_before = oom_kill_count()
         seen: dict[int, int] = {}  # descendants seen while it ran: pid -> start time
         proc = _start(argv, _child_env(env, token), stderr_path, fork, _model_of(request))
         seen[proc.pid] = _start_time(proc.pid) or 0  # the trial itself, killed by pid if its group is not yet made
@@ -168,7 +170,9 @@ def run_child(
                 reaped = _reap(proc, seen, token)
         wall = time.time() - spawned
         payload = json.loads(result.read_text()) if verdict is None and result.exists() else None
-        return ChildRun(proc.returncode, payload, verdict, stderr_tail(stderr_path), spawned, wall, reaped)
+        kills_after = oom_kill_count()
+        oom_killed = None if kills_before is None or kills_after is None else kills_after > kills_before
+        return ChildRun(proc.returncode, payload, verdict, stderr_tail(stderr_path), spawned, wall, reaped, oom_killed)
 
 
 def _model_of(request: dict[str, Any]) -> str | None:

@@ -21,7 +21,16 @@ def test_classify_exit():
     )
     assert outcomes.classify_exit(-signal.SIGKILL, "") == (
         "oom",
-        "killed by SIGKILL (most likely the kernel's out-of-memory killer)",
+        "killed by SIGKILL (most likely the kernel's OOM killer)",
+    )
+    # the kernel counted an OOM kill while it ran, or none: a kill -9 from outside is no OOM
+    assert outcomes.classify_exit(-signal.SIGKILL, "", oom_killed=True) == (
+        "oom",
+        "killed by SIGKILL by the kernel's out-of-memory killer",
+    )
+    assert outcomes.classify_exit(-signal.SIGKILL, "", oom_killed=False) == (
+        "killed",
+        "killed by SIGKILL from outside (the kernel recorded no out-of-memory kill)",
     )
     assert outcomes.classify_exit(-signal.SIGABRT, "") == ("crashed", "killed by SIGABRT")
     assert outcomes.classify_exit(1, "Traceback ...\nImportError: x") == (
@@ -78,3 +87,13 @@ def test_decide_measured():
         "peak memory 3.00 GiB is above the limit 2.00 GiB",
     )
     assert outcomes.decide_measured(1001, 1000) == ("over_memory_limit", "peak memory 1001 B is above the limit 1000 B")
+
+
+def test_the_kernels_oom_kill_count_is_read_from_vmstat(tmp_path):
+    from autotune.device.memory import oom_kill_count
+
+    vmstat = tmp_path / "vmstat"
+    vmstat.write_text("nr_free_pages 1\noom_kill 7\npgfault 3\n")
+    assert oom_kill_count(str(vmstat)) == 7
+    assert oom_kill_count(str(tmp_path / "none")) is None
+    assert isinstance(oom_kill_count(), (int, type(None)))
