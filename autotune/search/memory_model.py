@@ -283,7 +283,7 @@ class MemoryModel:
 
 class Batch:
     """The planner's candidates, predicted at once: their rows, priors and families, made once
-    per study; the fitted model's scales, posterior and family offsets applied at each ask."""
+    per study; the fitted model's posterior, family offsets and lines applied at each ask."""
 
     def __init__(self, model: MemoryModel, configs: Sequence[Mapping[str, Any]]) -> None:
         self.model = model
@@ -291,45 +291,57 @@ class Batch:
         n, f = len(configs), len(model.columns)
         self.X = np.zeros((n, f))
         self.extra = np.zeros(n)
-        self.static = np.zeros(n)
-        self.token = np.zeros(n)
-        self.families: list[tuple] = []
+        self.base = np.zeros(n)
+        self.budget = np.array([int(c[BUDGET]) for c in configs], dtype=float)
+        self.family_index: dict[tuple, int] = {}
+        self.family = np.zeros(n, dtype=np.int64)
         for i, c in enumerate(configs):
             x, extra = model._row(c)
             self.X[i, : len(x)], self.extra[i] = x, extra
             p = model.context.prior(c)
-            self.static[i], self.token[i] = p.static, p.per_token * int(c[BUDGET])
-            self.families.append(family_key(c, model.context.ignored()))
+            self.base[i] = math.log(p.static + p.per_token * int(c[BUDGET]))
+            key = family_key(c, model.context.ignored())
+            self.family[i] = self.family_index.setdefault(key, len(self.family_index))
 
     def log_peaks(self) -> tuple[np.ndarray, np.ndarray]:
         m = self.model
         f = len(m.posterior.mean)
         X = self.X[:, :f] if self.X.shape[1] >= f else np.pad(self.X, ((0, 0), (0, f - self.X.shape[1])))
-        base = np.log(self.static + self.token)
-        offsets = np.array([m.family_offset.get(k, (0.0, FAMILY_SD**2)) for k in self.families])
-        mean = base + X @ m.posterior.mean + offsets[:, 0]
-        var = np.einsum("ij,jk,ik->i", X, m.posterior.cov, X, optimize=True) + self.extra + offsets[:, 1]
+        offset = np.zeros(len(self.family_index))
+        offset_var = np.full(len(self.family_index), FAMILY_SD**2)
+        for key, (mean, var) in m.family_offset.items():
+            j = self.family_index.get(key)
+            if j is not None:
+                offset[j], offset_var[j] = mean, var
+        mean = self.base + X @ m.posterior.mean + offset[self.family]
+        chol = np.linalg.cholesky(m.posterior.cov + 1e-12 * np.eye(f))
+        var = np.square(X @ chol).sum(axis=1) + self.extra + offset_var[self.family]
         sd = np.sqrt(var + RESIDUAL_SD**2)
-        for i, key in enumerate(self.families):
-            if key in m.lines:
-                mean[i], sd[i] = _on_line(m.lines[key], int(self.configs[i][BUDGET]))
+        for key, line in m.lines.items():  # a family measured at two budgets: its own line
+            j = self.family_index.get(key)
+            if j is None:
+                continue
+            rows = np.nonzero(self.family == j)[0]
+            fixed, slope, budgets = line
+            peak = np.maximum(1.0, fixed + slope * self.budget[rows])
+            beyond = np.maximum(
+                0.0, np.maximum(np.log2(self.budget[rows] / budgets[-1]), np.log2(budgets[0] / self.budget[rows]))
+            )
+            mean[rows] = np.log(peak)
+            sd[rows] = np.sqrt(RESIDUAL_SD**2 + (EXTRAPOLATION_SD * beyond) ** 2)
         return mean, sd
 
     def p_fit(self) -> np.ndarray:
         mean, sd = self.log_peaks()
         z = (math.log(self.model.feasible_limit) - mean) / sd
-        p = 0.5 * _erfc(-z / math.sqrt(2))
+        p = 0.5 * erfc(-z / math.sqrt(2))
         # A family member at a budget no larger went over the limit: certainly over.
         ignore = self.model.context.ignored()
-        smallest_over: dict[tuple, int] = {}
         for o in self.model.observations:
             if o.over_limit:
-                key = family_key(o.params, ignore)
-                smallest_over[key] = min(smallest_over.get(key, 1 << 62), int(o.params[BUDGET]))
-        if smallest_over:
-            for i, (key, c) in enumerate(zip(self.families, self.configs)):
-                if key in smallest_over and int(c[BUDGET]) >= smallest_over[key]:
-                    p[i] = 0.0
+                j = self.family_index.get(family_key(o.params, ignore))
+                if j is not None:
+                    p[(self.family == j) & (self.budget >= int(o.params[BUDGET]))] = 0.0
         return p
 
 
@@ -404,4 +416,10 @@ def _normal_cdf(z: float) -> float:
     return 0.5 * math.erfc(-z / math.sqrt(2))
 
 
-_erfc = np.vectorize(math.erfc, otypes=[float])
+def erfc(x: np.ndarray) -> np.ndarray:
+    """erfc of an array: scipy's where installed, else math.erfc element by element."""
+    try:
+        from scipy.special import erfc
+    except ImportError:
+        return np.vectorize(math.erfc, otypes=[float])(x)
+    return erfc(x)

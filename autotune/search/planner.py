@@ -37,7 +37,7 @@ from autotune.config import TrainConfig
 from autotune.measure import outcomes
 from autotune.search import priors
 from autotune.search.features import Columns
-from autotune.search.memory_model import Batch, MemoryContext, MemoryModel, observations_from_records
+from autotune.search.memory_model import Batch, MemoryContext, MemoryModel, erfc, observations_from_records
 from autotune.search.throughput_model import fit_throughput
 from autotune.space.definition import SearchSpace
 from autotune.space.enumerate import configurations, sample, size
@@ -212,7 +212,16 @@ class Planner:
     # --- the models --------------------------------------------------------------------------------
 
     def fit(self, records: Sequence[Any], seen: Observed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(mean, sd) of every candidate's log tokens/s, and its chance to fit."""
+        """(mean, sd) of every candidate's log tokens/s, and its chance to fit (the last fit is kept:
+        the stop rule after a trial and the proposal before the next read the same trials)."""
+        key = tuple((r.number, r.outcome, r.tokens_per_sec, r.peak_memory_bytes) for r in records if r.finished)
+        if getattr(self, "_fit_key", None) == (key, self._loader_sd(seen)):
+            return self._fitted
+        self._fitted = self._fit(records, seen)
+        self._fit_key = (key, self._loader_sd(seen))
+        return self._fitted
+
+    def _fit(self, records: Sequence[Any], seen: Observed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         prior_mean, prior_sd = self.columns.throughput_prior(self._loader_sd(seen))
         rows = np.array([self.columns.row(r.config) for r in seen.measured]).reshape(
             len(seen.measured), len(prior_mean)
@@ -321,11 +330,5 @@ def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.nd
     """E[max(0, f - best)] for f ~ N(mean, sd): in the log, the expected relative gain."""
     z = (mean - best) / sd
     pdf = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-    cdf = 0.5 * _erfc(-z / math.sqrt(2))
+    cdf = 0.5 * erfc(-z / math.sqrt(2))
     return np.maximum(0.0, (mean - best) * cdf + sd * pdf)
-
-
-def _erfc(x: np.ndarray) -> np.ndarray:
-    from math import erfc
-
-    return np.vectorize(erfc, otypes=[float])(x)
