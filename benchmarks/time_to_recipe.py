@@ -142,7 +142,10 @@ def sweep_planner(sweep: Sweep, limit: int, variant: str = "") -> Planner:
     key = (sweep.path, limit, variant)
     if key not in _PLANNERS:
         device = sweep_device(sweep)
-        caps = DeviceCapabilities(device.kind, device.capability_tuple, has_triton=True, cpu_bf16=True)
+        # A sweep that does not say its GPU's compute capability: one of today's (Ampere), whose
+        # rules let bf16 and flash attention run; its own records say what did not.
+        capability = device.capability_tuple or ((8, 0) if device.kind == "cuda" else None)
+        caps = DeviceCapabilities(device.kind, capability, has_triton=True, cpu_bf16=True)
 
         def valid(cfg: Any) -> bool:
             try:
@@ -161,7 +164,7 @@ def sweep_planner(sweep: Sweep, limit: int, variant: str = "") -> Planner:
         _PLANNERS[key] = Planner(
             sweep.space,
             device_kind=device.kind,
-            compute_capability=device.capability_tuple,
+            compute_capability=capability,
             memory=memory,
             feasible_limit=limit,
             valid=valid,

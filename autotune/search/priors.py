@@ -29,7 +29,7 @@ CPU, CUDA_OLD, CUDA_AMPERE, CUDA_HOPPER = "cpu", "cuda-pre-ampere", "cuda-ampere
 def device_class(kind: str, compute_capability: tuple[int, int] | None) -> str:
     if kind == "cpu":
         return CPU
-    major = compute_capability[0] if compute_capability else 0
+    major = compute_capability[0] if compute_capability else 8  # unknown: a GPU of today, not a Volta
     if major >= 9:
         return CUDA_HOPPER
     return CUDA_AMPERE if major >= 8 else CUDA_OLD
