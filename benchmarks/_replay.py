@@ -284,6 +284,9 @@ def _tell(
     trial.set_user_attr("config", cfg.to_dict())
     if rec["outcome"] == outcomes.UNSUPPORTED or history.sweep.space.violation(cfg):
         trial.set_user_attr("outcome", outcomes.UNSUPPORTED)
+        reason = history.sweep.space.violation(cfg) or rec.get("reason")
+        if reason:  # what the tuner reads: which knob the device refused
+            trial.set_user_attr("reason", reason)
         study.tell(trial, state=TrialState.PRUNED)
         return Step(number, key, rec, "pruned", 0.0, False, False)
     reused = key in done

@@ -42,11 +42,12 @@ from autotune.search.throughput_model import fit_throughput
 from autotune.space.definition import SearchSpace
 from autotune.space.enumerate import configurations, sample, size
 
-POOL = 40_000  # candidates scored at each ask: the whole space up to this size, else a sample
+POOL = 60_000  # candidates scored at each ask: the whole space up to this size, else a sample
 NOISE = {priors.CPU: 0.06, "cuda": 0.015}  # the spread of one measurement of log tokens/s
 STOP_GAIN = 0.003  # expected gain of the best next trial (fraction of tokens/s) below which to stop
 MIN_FIT = 0.5  # proposals need at least this chance to fit the limit less the headroom
 COST_WEIGHT = 0.5  # expected gain per second**COST_WEIGHT: cheaper trials first, at equal promise
+FIRST_COST_WEIGHT = 0.05  # the first trial: log tokens/s given up per e-fold of expected seconds
 CLEARLY_WORSE = 0.03  # a short window this far below the best, beyond its interval, is not timed in full
 
 HOST_ONLY = tuple(k.name for k in registry.knobs_of() if k.host_only)
@@ -110,6 +111,9 @@ class Observed:
     cost_scale: float = 1.0  # measured seconds / the prior's, over the study's trials
     last_improved: bool = False  # the last finished trial beat the best before it by more than the noise
     n_finished: int = 0
+    # (knob, value) a run-time "unsupported" named (a kernel the device lacks): how many trials with
+    # it came back unsupported, and how many with it ran
+    refused: dict[tuple[str, Any], list[int]] = field(default_factory=dict)
 
 
 class Planner:
@@ -141,9 +145,32 @@ class Planner:
             pairs = list(configurations(self.space))
             self.exhaustive = True
         else:
-            pairs = sample(self.space, self.pool_size, self.seed, around=around)
+            seeds = list(around) or [c for c in [self._preferred()] if c is not None]
+            pairs = sample(self.space, self.pool_size, self.seed, around=seeds)
             self.exhaustive = False
         return [(p, c) for p, c in pairs if self.space.violation(c) is None and self.valid(c)]
+
+    def _preferred(self) -> TrainConfig | None:
+        """What experts prefer on this device class, knob by knob, within the space (the registry's
+        `prefer`): a seed whose neighbours join a sampled pool, so the priors' favourite is in it."""
+        from autotune.space.enumerate import dimension_values
+
+        kind = "cpu" if self.device_kind == "cpu" else "cuda"
+        values = dict(self.space.fixed)
+        for name, dim in self.space.dimensions.items():
+            offered = dimension_values(self.space, dim)
+            wanted = (
+                [v for v in registry.knob(name).prefer.get(kind, ()) if v in offered]
+                if name in registry.BY_NAME
+                else []
+            )
+            values[name] = wanted[0] if wanted else max(offered) if name == "token_budget" else offered[0]
+        try:
+            from autotune.space.sampling import to_config
+
+            return to_config(values)
+        except Exception:  # noqa: BLE001 - preferences that break a rule together: no seed
+            return None
 
     def _build(self, pairs: list[tuple[dict[str, Any], TrainConfig]]) -> None:
         self.params = [p for p, _ in pairs]
@@ -156,11 +183,22 @@ class Planner:
         self.compile_s = np.array([priors.compile_seconds(c) for c in self.configs])
         self.memory = MemoryModel(self.memory_context, self.feasible_limit, self.configs)
         self.batch = Batch(self.memory, self.configs)
+        self._fit_key = None  # a new pool: nothing fitted to it yet
 
     def extend(self, around: Sequence[TrainConfig]) -> None:
         """For a sampled (not listed) space: the neighbours of these configurations join the pool."""
         if not self.exhaustive:
             self._build(self._candidates(around))
+
+    def _follow_the_best(self, seen: Observed) -> None:
+        """A space too large to list: each new best brings its neighbours (one knob away) into the
+        pool, so the search can always move from it one knob at a time."""
+        if self.exhaustive or seen.best is None:
+            return
+        key = config_key(seen.best.config)
+        if key != getattr(self, "_around", None):
+            self._around = key
+            self.extend([TrainConfig.from_dict(seen.best.config)])
 
     # --- reading the study ----------------------------------------------------------------------------
 
@@ -180,6 +218,10 @@ class Planner:
                 continue
             if r.outcome in outcomes.MEASURED or r.outcome in outcomes.INFEASIBLE:
                 seen.graphs.add(graph_key(r.config))
+            if r.outcome is outcomes.UNSUPPORTED:
+                culprit = _culprit(r)
+                if culprit is not None:
+                    seen.refused.setdefault(culprit, [0, 0])[0] += 1
             if r.measured and r.tokens_per_sec and r.tokens_per_sec > 0:
                 seen.measured.append(r)
                 if r.wall_s:
@@ -193,6 +235,8 @@ class Planner:
                 seen.last_improved = False
         for c in running:
             seen.done.add(config_key(c))
+        for (knob, value), counts in seen.refused.items():
+            counts[1] = sum(1 for r in seen.measured if _value_key(r.config.get(knob)) == value)
         if seen.best is not None and seen.best.measurement is not None:
             seen.data_wait = seen.best.measurement.data_wait_fraction
         if ratios:
@@ -233,12 +277,13 @@ class Planner:
         chol = np.linalg.cholesky(posterior.cov + 1e-12 * np.eye(len(prior_mean)))
         sd = np.sqrt(np.square(self.X @ chol).sum(axis=1))
         self.memory.fit(observations_from_records(records))
-        return mean, sd, self.batch.p_fit()
+        return mean, sd, self.batch.p_fit() * self._p_supported(seen)
 
     # --- proposing -------------------------------------------------------------------------------------
 
     def propose(self, records: Sequence[Any], running: Sequence[Mapping[str, Any]] = ()) -> Proposal | Stop:
         seen = self.observe(records, running)
+        self._follow_the_best(seen)
         mean, sd, p_fit = self.fit(records, seen)
         open_ = np.array([k not in seen.done for k in self.keys])
         if not open_.any():
@@ -252,7 +297,9 @@ class Planner:
         seconds = self._seconds(warm, seen.cost_scale)
         if seen.best is None:
             # Nothing feasible measured yet: the best expected log tokens/s among what likely fits.
-            score = np.where(fits, mean + np.log(np.maximum(p_fit, 1e-9)), -np.inf)
+            # Time still counts: a compile of minutes must promise more than one of seconds.
+            score = mean + np.log(np.maximum(p_fit, 1e-9)) - FIRST_COST_WEIGHT * np.log(seconds)
+            score = np.where(fits, score, -np.inf)
             gain = None
         else:
             gain = expected_improvement(mean, sd, math.log(seen.best.tokens_per_sec)) * p_fit
@@ -279,6 +326,15 @@ class Planner:
             f"(the most promising, {self._describe(j, seen)}: {100 * best_gain:.2f} % expected, "
             f"{p_fit[j]:.0%} likely to fit); the measurement noise is about {100 * self.noise:.1f} %"
         )
+
+    def _p_supported(self, seen: Observed) -> np.ndarray:
+        """The chance a candidate runs at all, from the kernels the device refused at run time: a
+        knob value named by an unsupported trial's reason, (ran + 1) / (ran + refused + 1)."""
+        p = np.ones(len(self.configs))
+        for (knob, value), (refused, ran) in seen.refused.items():
+            has = np.array([_value_key(c.get(knob)) == value for c in self.configs])
+            p[has] *= (ran + 1) / (ran + refused + 1)
+        return p
 
     def _seconds(self, warm: np.ndarray, scale: float) -> np.ndarray:
         kind = "cpu" if self.device_kind == "cpu" else "cuda"
@@ -324,6 +380,20 @@ class Planner:
         config = self.configs[i]
         changed = [f"{k}={registry.value_text(v)}" for k, v in config.items() if seen.best.config.get(k) != v]
         return ", ".join(changed) or "the same"
+
+
+def _value_key(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _culprit(record: Any) -> tuple[str, Any] | None:
+    """The knob value an unsupported trial's reason names ("sdpa_backend: ...", the form of
+    UnsupportedConfig, or "sdpa_backend=cudnn: ..."), from its configuration where only the knob is named."""
+    head = (record.reason or "").split(":", 1)[0].strip()
+    knob = head.partition("=")[0]
+    if knob not in registry.BY_NAME or record.config is None or knob not in record.config:
+        return None
+    return knob, _value_key(record.config[knob])  # the value it ran with: the one refused
 
 
 def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:

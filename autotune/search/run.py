@@ -341,12 +341,6 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
     return OpenedStudy(study, is_new, ctx, name, url)
 
 
-def is_shared(settings: SearchSettings, url: str) -> bool:
-    """Whether other workers may sample this study at the same time: a --devices worker, or a
-    storage made for several (a journal file, a database server). SQLite takes one writer."""
-    return settings.worker or not is_sqlite(url)
-
-
 def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> SearchResult:
     import sqlalchemy.exc
 

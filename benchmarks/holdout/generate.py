@@ -30,7 +30,7 @@ BENCH = HERE.parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-import _common  # noqa: E402  (puts the checkout on sys.path)
+import _common  # noqa: E402,F401  (puts the checkout on sys.path)
 from _common import config_key, enumerate_space  # noqa: E402
 
 from autotune.space.file import load_space  # noqa: E402
@@ -71,36 +71,84 @@ class Device:
 
 
 A100 = Device(
-    name="NVIDIA A100-SXM4-80GB", cc="8.0", total_bytes=85_097_971_712,
+    name="NVIDIA A100-SXM4-80GB",
+    cc="8.0",
+    total_bytes=85_097_971_712,
     peak={"float32": 19.5e12, "tf32": 156e12, "float16": 312e12, "bfloat16": 312e12},
-    bw=2.04e12, mm_eff={"float32": 0.86, "tf32": 0.66, "float16": 0.70, "bfloat16": 0.70},
-    d0=420, m0=1400, attn_eff={"flash": 0.56, "efficient": 0.36, "cudnn": 0.50}, autotune=1.035,
-    cpu=1.0, cpu_count=32, driver="535.161.08", cuda="12.2", cudnn_attention=True, cudnn_graphs=False,
-    cudnn_ws=900.0, sms=108,
+    bw=2.04e12,
+    mm_eff={"float32": 0.86, "tf32": 0.66, "float16": 0.70, "bfloat16": 0.70},
+    d0=420,
+    m0=1400,
+    attn_eff={"flash": 0.56, "efficient": 0.36, "cudnn": 0.50},
+    autotune=1.035,
+    cpu=1.0,
+    cpu_count=32,
+    driver="535.161.08",
+    cuda="12.2",
+    cudnn_attention=True,
+    cudnn_graphs=False,
+    cudnn_ws=900.0,
+    sms=108,
 )
 RTX4090 = Device(
-    name="NVIDIA GeForce RTX 4090", cc="8.9", total_bytes=25_390_809_088,
+    name="NVIDIA GeForce RTX 4090",
+    cc="8.9",
+    total_bytes=25_390_809_088,
     peak={"float32": 82.6e12, "tf32": 82.6e12, "float16": 165.2e12, "bfloat16": 165.2e12},
-    bw=1.008e12, mm_eff={"float32": 0.62, "tf32": 0.74, "float16": 0.76, "bfloat16": 0.76},
-    d0=330, m0=900, attn_eff={"flash": 0.62, "efficient": 0.44, "cudnn": 0.0}, autotune=1.045,
-    cpu=0.72, cpu_count=16, driver="550.54.14", cuda="12.4", cudnn_attention=False, cudnn_graphs=False,
-    cudnn_ws=0.0, sms=128,
+    bw=1.008e12,
+    mm_eff={"float32": 0.62, "tf32": 0.74, "float16": 0.76, "bfloat16": 0.76},
+    d0=330,
+    m0=900,
+    attn_eff={"flash": 0.62, "efficient": 0.44, "cudnn": 0.0},
+    autotune=1.045,
+    cpu=0.72,
+    cpu_count=16,
+    driver="550.54.14",
+    cuda="12.4",
+    cudnn_attention=False,
+    cudnn_graphs=False,
+    cudnn_ws=0.0,
+    sms=128,
 )
 H100 = Device(
-    name="NVIDIA H100 80GB HBM3", cc="9.0", total_bytes=85_045_231_616,
+    name="NVIDIA H100 80GB HBM3",
+    cc="9.0",
+    total_bytes=85_045_231_616,
     peak={"float32": 67e12, "tf32": 494.7e12, "float16": 989.4e12, "bfloat16": 989.4e12},
-    bw=3.35e12, mm_eff={"float32": 0.80, "tf32": 0.62, "float16": 0.66, "bfloat16": 0.66},
-    d0=760, m0=2600, attn_eff={"flash": 0.36, "efficient": 0.22, "cudnn": 0.52}, autotune=0.982,
-    cpu=0.95, cpu_count=26, driver="550.90.07", cuda="12.4", cudnn_attention=True, cudnn_graphs=True,
-    cudnn_ws=96.0, sms=132,
+    bw=3.35e12,
+    mm_eff={"float32": 0.80, "tf32": 0.62, "float16": 0.66, "bfloat16": 0.66},
+    d0=760,
+    m0=2600,
+    attn_eff={"flash": 0.36, "efficient": 0.22, "cudnn": 0.52},
+    autotune=0.982,
+    cpu=0.95,
+    cpu_count=26,
+    driver="550.90.07",
+    cuda="12.4",
+    cudnn_attention=True,
+    cudnn_graphs=True,
+    cudnn_ws=96.0,
+    sms=132,
 )
 H200 = Device(
-    name="NVIDIA H200", cc="9.0", total_bytes=150_110_011_392,
+    name="NVIDIA H200",
+    cc="9.0",
+    total_bytes=150_110_011_392,
     peak={"float32": 67e12, "tf32": 494.7e12, "float16": 989.4e12, "bfloat16": 989.4e12},
-    bw=4.8e12, mm_eff={"float32": 0.80, "tf32": 0.60, "float16": 0.62, "bfloat16": 0.62},
-    d0=760, m0=2600, attn_eff={"flash": 0.37, "efficient": 0.23, "cudnn": 0.53}, autotune=1.004,
-    cpu=0.88, cpu_count=24, driver="560.35.03", cuda="12.6", cudnn_attention=True, cudnn_graphs=True,
-    cudnn_ws=96.0, sms=132,
+    bw=4.8e12,
+    mm_eff={"float32": 0.80, "tf32": 0.60, "float16": 0.62, "bfloat16": 0.62},
+    d0=760,
+    m0=2600,
+    attn_eff={"flash": 0.37, "efficient": 0.23, "cudnn": 0.53},
+    autotune=1.004,
+    cpu=0.88,
+    cpu_count=24,
+    driver="560.35.03",
+    cuda="12.6",
+    cudnn_attention=True,
+    cudnn_graphs=True,
+    cudnn_ws=96.0,
+    sms=132,
 )
 
 
@@ -127,10 +175,10 @@ class Landscape:
 
 
 LANDSCAPES = [
-    Landscape("xl-a100-80gb", "gpt2-xl", A100, 11, 0.016, "gpt2-xl on an A100 SXM 80 GB"),
-    Landscape("medium-rtx4090", "gpt2-medium", RTX4090, 23, 0.020, "gpt2-medium on an RTX 4090 24 GB"),
+    Landscape("xl-a100-80gb", "gpt2-xl", A100, 1, 0.016, "gpt2-xl on an A100 SXM 80 GB"),
+    Landscape("medium-rtx4090", "gpt2-medium", RTX4090, 5, 0.020, "gpt2-medium on an RTX 4090 24 GB"),
     Landscape("small-h100-80gb", "gpt2", H100, 37, 0.018, "gpt2 (124M) on an H100 SXM 80 GB"),
-    Landscape("large-h200", "gpt2-large", H200, 41, 0.015, "gpt2-large on an H200 141 GB"),
+    Landscape("large-h200", "gpt2-large", H200, 10, 0.015, "gpt2-large on an H200 141 GB"),
 ]
 
 
@@ -245,8 +293,15 @@ def simulate(land: Landscape, cfg: dict[str, Any]) -> dict[str, Any]:
     gap = 0.7e-6 if graphs else 2.4e-6
     gap_head = gap if (graphs and head_compiled) else 2.4e-6
     t_gpu = (
-        t_gemm + t_attn + t_pw + t_head + t_opt + t_recompute
-        + (n_kernels - k_head - k_opt) * gap + (k_head + k_opt) * gap_head + 12e-6 * n_ck
+        t_gemm
+        + t_attn
+        + t_pw
+        + t_head
+        + t_opt
+        + t_recompute
+        + (n_kernels - k_head - k_opt) * gap
+        + (k_head + k_opt) * gap_head
+        + 12e-6 * n_ck
     )
     if graphs and scope != "model":
         t_gpu += n_layer * 2 * tokens * d * 4 / (dev.bw * 0.8)  # copying each block's input into its graph
@@ -278,7 +333,6 @@ def simulate(land: Landscape, cfg: dict[str, Any]) -> dict[str, Any]:
         supply = tokens / (usable * rate * (0.92 if workers > 4 else 1.0))
     if dt == "float16":
         t_cpu += 0.0006 + 0.03 * t_cpu  # GradScaler's found_inf read: a sync the queue drains on
-    if dt == "float16":
         t_gpu *= 1.026  # the scaler's unscale and inf checks, and float16's extra casts around reductions
     # Kernel selection: cuBLAS heuristics and inductor's choices differ per shape, dtype and
     # graph; one seeded factor per (budget, batching, dtype, mode, scope, backend), shared by
@@ -308,16 +362,13 @@ def simulate(land: Landscape, cfg: dict[str, Any]) -> dict[str, Any]:
         logits = min(tokens, 2048) * VOCAB * 12 if chunked else tokens * VOCAB * 12
     logits += tokens * d * 4
     at_loss = act + logits
-    if n_ck:
+    if n_ck:  # a checkpointed block's recompute holds one block's activations on top of what is left
         one = tokens * act_layer
-        placement_share = {"first": None, "last": 1.0, "spread": 0.96}
-        if ckpt == list(range(n_ck)) and partial:  # first
+        if partial and ckpt == list(range(n_ck)):  # first: recomputed last, when little is left
             during = tokens * n_ck * 4 * d + one
-        elif partial and ckpt == list(range(n_layer - n_ck, n_layer)):
-            during = act * placement_share["last"] + one
-        elif partial:
-            during = act * placement_share["spread"] + one
-        else:
+        elif partial and ckpt != list(range(n_layer - n_ck, n_layer)):  # spread
+            during = act * 0.96 + one
+        else:  # last, or all: recomputed at once
             during = act + one
         peak_act = max(at_loss, during)
     else:
@@ -346,8 +397,7 @@ def simulate(land: Landscape, cfg: dict[str, Any]) -> dict[str, Any]:
         need = peak * frag / 2**30
         return {
             "outcome": "oom",
-            "reason": f"CUDA out of memory: the step needs about {need:.1f} GiB of "
-            f"{dev.total_bytes / 2**30:.1f} GiB",
+            "reason": f"CUDA out of memory: the step needs about {need:.1f} GiB of {dev.total_bytes / 2**30:.1f} GiB",
             "tokens_per_sec": None,
             "peak_memory_bytes": None,
             "step_time_cv": None,
@@ -450,8 +500,13 @@ def build(land: Landscape) -> dict[str, Any]:
             "torch": "2.13.0+cu126",
             "cpu_count": dev.cpu_count,
         },
-        "machine": {"host": f"synthetic-{land.name}", "cpu": "x86_64", "cores": dev.cpu_count,
-                    "torch": "2.13.0+cu126", "python": "3.11.7"},
+        "machine": {
+            "host": f"synthetic-{land.name}",
+            "cpu": "x86_64",
+            "cores": dev.cpu_count,
+            "torch": "2.13.0+cu126",
+            "python": "3.11.7",
+        },
         "run": {"steps": 20, "warmup": 3, "min_time_s": 2.0},
         "space": raw,
         "space_source": "benchmarks/holdout/space.yaml",
@@ -459,8 +514,12 @@ def build(land: Landscape) -> dict[str, Any]:
         "seq_len": SEQ,
         "complete": True,
         "synthetic": True,
-        "landscape": {"name": land.name, "about": land.about, "seed": land.seed,
-                      "generator": "benchmarks/holdout/generate.py"},
+        "landscape": {
+            "name": land.name,
+            "about": land.about,
+            "seed": land.seed,
+            "generator": "benchmarks/holdout/generate.py",
+        },
         "configurations": records,
     }
 

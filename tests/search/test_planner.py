@@ -198,3 +198,37 @@ def test_expected_improvement_is_zero_far_below_and_the_gap_far_above():
     ei = planner_module.expected_improvement(np.array([0.0, 2.0]), np.array([0.01, 0.01]), 1.0)
     assert ei[0] == pytest.approx(0.0, abs=1e-12) and ei[1] == pytest.approx(1.0, rel=1e-6)
     assert math.isfinite(float(ei.sum()))
+
+
+def test_a_kernel_the_device_refused_at_run_time_is_not_tried_again_and_again():
+    """cuDNN attention refused at run time ("sdpa_backend: no cuDNN engine ..."), never run: the
+    planner stops proposing cuDNN configurations (it proposed one first: Hopper's prior)."""
+    space = parse_space(
+        {
+            **SPACE,
+            "dimensions": {**SPACE["dimensions"], "sdpa_backend": {"choices": ["math", "flash", "cudnn"]}},
+            "rules": [{"when": {"sdpa_backend": ["flash", "cudnn"]}, "require": {"amp_dtype": "bfloat16"}}],
+        },
+        source="planner-test",
+        n_layer=12,
+        seq_len=1024,
+    )
+    planner = Planner(space, device_kind="cuda", compute_capability=(9, 0), memory=MEMORY, feasible_limit=LIMIT)
+    records = []
+    for i in range(1):
+        proposal = planner.propose(records)
+        assert proposal.config["sdpa_backend"] == "cudnn"
+        frozen = create_trial(
+            state=optuna.trial.TrialState.PRUNED,
+            user_attrs={
+                "outcome": "unsupported",
+                "config": proposal.config,
+                "reason": "sdpa_backend: no cuDNN attention engine for these inputs",
+            },
+        )
+        frozen.number = i
+        records.append(TrialRecord.read(frozen))
+    for _ in range(4):
+        proposal = planner.propose(records)
+        assert proposal.config["sdpa_backend"] != "cudnn"
+        records.append(record(len(records), proposal.config))
