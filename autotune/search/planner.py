@@ -46,7 +46,7 @@ POOL = 60_000  # candidates scored at each ask: the whole space up to this size,
 NOISE = {priors.CPU: 0.06, "cuda": 0.015}  # the spread of one measurement of log tokens/s
 STOP_GAIN = 0.003  # expected gain of the best next trial (fraction of tokens/s) below which to stop
 MIN_FIT = 0.5  # proposals need at least this chance to fit the limit less the headroom
-COST_WEIGHT = 0.5  # expected gain per second**COST_WEIGHT: cheaper trials first, at equal promise
+COST_WEIGHT = 0.25  # expected gain per second**COST_WEIGHT: cheaper trials first, at equal promise
 FIRST_COST_WEIGHT = 0.05  # the first trial: log tokens/s given up per e-fold of expected seconds
 CLEARLY_WORSE = 0.03  # a short window this far below the best, beyond its interval, is not timed in full
 
