@@ -19,7 +19,7 @@ from autotune.cli._options import (
     study_options,
     warmup_option,
 )
-from autotune.device.disk import check_writable, write_text_atomic
+from autotune.device.disk import check_output_folder, check_writable, write_text_atomic
 from autotune.errors import UsageError
 
 model_override_options = [
@@ -222,6 +222,7 @@ def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_mode
     """Profile RECIPE's training step: where the time goes (data wait, attention, matmuls,
     elementwise, optimizer) and a Chrome trace for Perfetto or chrome://tracing."""
     from autotune.config import check_runnable_here
+    from autotune.measure.profile import TRACE_NAME
     from autotune.model.load import is_users_code
     from autotune.present.summaries import format_profile
     from autotune.recipe.profile import profile_recipe
@@ -230,11 +231,12 @@ def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_mode
     recipe = load_recipe(recipe_path, device)
     name = recipe.model_to_run(model, allow_import=allow_model_import)
     check_runnable_here(recipe.config, where=f"recipe {recipe_path}: config")
+    out = out_dir or str(Path("profiles") / Path(recipe_path).stem)
+    check_output_folder(out, (TRACE_NAME,), what="--out")  # before anything runs
     if is_users_code(name):  # as bench: profiled in this process, so only a user's code is probed first
         from autotune.trial.probe import probe
 
         probe(name, data=data, seq_len=recipe.model.get("seq_len"), timeout_s=DEFAULT_PROBE_TIMEOUT_S)
-    out = out_dir or str(Path("profiles") / Path(recipe_path).stem)
     report = profile_recipe(recipe, device=device, steps=steps, warmup=warmup, out_dir=out, data=data, model_name=name)
     if as_json:
         emit_json(report.to_dict())
