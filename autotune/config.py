@@ -352,9 +352,13 @@ def read_config_file(path: str | Path, *, what: str) -> str:
     """The text of a small UTF-8 file, or one UsageError line: `what` names it ("recipe X")."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode):
+        # Checked before opening: open() of a FIFO blocks until a writer comes, maybe never.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise UsageError(f"{what}: not a regular file")
+        # O_NONBLOCK too, and checked again on what was opened: the path may change meanwhile.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise UsageError(f"{what}: not a regular file")
             data = f.read(MAX_CONFIG_FILE_BYTES + 1)
     except UsageError:
