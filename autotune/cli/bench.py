@@ -41,7 +41,14 @@ def _run_spec(
         # a second time only to build what this process builds next.
         from autotune.trial.probe import probe
 
-        probe(model, data=data, seq_len=seq_len, timeout_s=PROBE_TIMEOUT_S)
+        on_cpu = resolve_device(device) == "cpu"
+        probe(
+            model,
+            data=data,
+            seq_len=seq_len,
+            timeout_s=PROBE_TIMEOUT_S,
+            host_limit_bytes=memory_limit if on_cpu else None,
+        )
     else:
         check_model_name(model)
     return RunSpec(

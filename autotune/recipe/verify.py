@@ -54,7 +54,13 @@ def recipe_run_spec(
     if is_users_code(name):  # a user's factory or config: built in a child first, its failures one line
         from autotune.trial.probe import probe
 
-        probe(name, data=data, seq_len=seq_len if isinstance(seq_len, int) else None, timeout_s=timeout_s)
+        probe(
+            name,
+            data=data,
+            seq_len=seq_len if isinstance(seq_len, int) else None,
+            timeout_s=timeout_s,
+            host_limit_bytes=limit if isinstance(limit, int) and device == "cpu" else None,
+        )
     else:
         check_model_name(name)
     return RunSpec(

@@ -159,6 +159,16 @@ def test_a_factory_that_raises_exits_or_hangs_is_one_line(tmp_path, monkeypatch,
     assert said in refused(tmp_path, monkeypatch, "search", *args, "--trial-timeout", timeout)
 
 
+@pytest.mark.process
+def test_a_factory_that_allocates_beyond_the_limit_is_stopped_in_one_line(tmp_path, monkeypatch):
+    """The probe that first builds a user's factory had no memory guard: a factory allocating
+    20 GiB under --memory-limit 1GiB grew until a cgroup killed it (and the tuner with it)."""
+    in_repo_env(monkeypatch)
+    args = [a if a != "gpt2-tiny" else "tests.fault_models:host_hog" for a in FAST]
+    said = refused(tmp_path, monkeypatch, "search", *args, "--memory-limit", "256MiB", "--trial-timeout", "60s")
+    assert "building it took more than 384.00 MiB of memory (1.5x the memory limit 256.00 MiB)" in said, said
+
+
 # --- the dashboard --------------------------------------------------------------------------------------
 
 
