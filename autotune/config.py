@@ -42,6 +42,8 @@ MAX_BLOCK_INDEX = registry.MAX_BLOCK_INDEX
 MAX_GLOBAL_BATCH_TOKENS = 1 << 32
 MAX_STEPS = 1_000_000  # --steps and --warmup
 MAX_MIN_TIME_S = 3600.0  # --min-time: an hour of timed steps is already a benchmark, not a trial
+MAX_SEQ_LEN = 1 << 20  # --seq-len: 1M positions, beyond any GPT-2-class context (the model's is checked too)
+MAX_SEED = 2**32 - 1  # numpy's generators take seeds in [0, 2**32)
 # DataLoader workers are processes: more than a few per CPU only adds memory and scheduling.
 # At most this many per usable CPU (and never fewer than WORKERS_FLOOR, so the shipped spaces
 # and the checklist's 4 workers run on a small machine); AUTOTUNE_MAX_NUM_WORKERS overrides.
@@ -219,6 +221,7 @@ class RunSpec:
             raise UsageError(f"min_time_s must be at most {MAX_MIN_TIME_S:g} seconds, got {self.min_time_s!r}")
         check_int("steps", self.steps, minimum=2, maximum=MAX_STEPS)
         check_int("warmup", self.warmup, minimum=0, maximum=MAX_STEPS)
+        check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         if self.seq_len is not None:
             check_int("seq_len", self.seq_len, minimum=2)
         if self.global_batch_tokens is not None:

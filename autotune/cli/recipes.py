@@ -11,6 +11,7 @@ from autotune.cli._options import (
     CONTEXT_SETTINGS,
     DURATION,
     FRACTION,
+    PROFILED_STEPS,
     device_option,
     emit_json,
     json_option,
@@ -212,7 +213,7 @@ def verify(
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
 @device_option
-@steps_option
+@click.option("--steps", type=PROFILED_STEPS, default=20, show_default=True, help="Profiled steps.")
 @warmup_option
 @click.option("--data", default="synthetic", show_default=True, help="synthetic, or a .bin/.txt/.jsonl file.")
 @click.option("--out", "out_dir", default=None, help="Directory for trace.json (default: profiles/<recipe name>).")

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, study_options
+from autotune.cli._options import CONTEXT_SETTINGS, LIST_LIMIT, PORT, emit_json, json_option, study_options
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @study_options
 @json_option
-@click.option("--limit", type=int, default=20, show_default=True, help="Trials to list (best first).")
+@click.option("--limit", type=LIST_LIMIT, default=20, show_default=True, help="Trials to list (best first).")
 def show(study, storage, as_json, limit) -> None:
     """Show a stored study: its trials (best first), outcome counts and the best. Without
     --study, list the studies in --storage (or under studies/, where search writes them)."""
@@ -84,9 +84,7 @@ def report(study, storage, out_dir) -> None:
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @study_options
-@click.option(
-    "--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Port on 127.0.0.1 (1-65535)."
-)
+@click.option("--port", type=PORT, default=8080, show_default=True, help="Port on 127.0.0.1 (1-65535).")
 def dashboard(study, storage, port) -> None:
     """Browse a study in optuna-dashboard on 127.0.0.1 (until Ctrl-C)."""
     from autotune.errors import UsageError
