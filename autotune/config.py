@@ -8,6 +8,7 @@ files a user hands us (`read_config_file`, `load_yaml`), stricter than `yaml.saf
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import stat
@@ -349,6 +350,10 @@ def normalize_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
 MAX_CONFIG_FILE_BYTES = 1 << 20
 # Far deeper than any space or recipe nests; deeper input would exhaust Python's recursion.
 MAX_YAML_DEPTH = 64
+# No value a space or a recipe holds needs more than 64 bits; a longer integer is a typo or an
+# attack (int() of 5000 digits raises Python's digit-limit ValueError; of a million, takes seconds).
+MAX_FILE_INTEGER = 2**63 - 1
+_MAX_INTEGER_CHARS = 40  # checked before int() is called
 
 
 def read_config_file(path: str | Path, *, what: str) -> str:
@@ -417,6 +422,15 @@ class _StrictLoader(yaml.SafeLoader):
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node: Any) -> int:
+        text = str(node.value)
+        if len(text) > _MAX_INTEGER_CHARS:
+            raise yaml.constructor.ConstructorError(None, None, _huge_integer(text), node.start_mark)
+        value = super().construct_yaml_int(node)
+        if abs(value) > MAX_FILE_INTEGER:
+            raise yaml.constructor.ConstructorError(None, None, _huge_integer(text), node.start_mark)
+        return value
+
     def construct_plain_timestamp(self, node: Any) -> str:
         return self.construct_scalar(node)
 
@@ -427,6 +441,7 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", _StrictLoader.construct_plain_timestamp)
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 for _tag in ("binary", "set", "omap", "pairs"):
     _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _StrictLoader.construct_refused)
 
@@ -438,6 +453,50 @@ def load_yaml(text: str) -> Any:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise yaml.YAMLError("nested too deeply") from None
+
+
+class JsonProblem(ValueError):
+    """What is wrong in a JSON file, in one line (with its line where known)."""
+
+
+def load_json(text: str) -> Any:
+    """Parse strict JSON to plain values: duplicate keys, NaN and Infinity, numbers that overflow
+    a float and integers beyond MAX_FILE_INTEGER are refused (JsonProblem), where `json.loads`
+    keeps the last key, reads NaN and inf, and raises Python's digit-limit error."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise JsonProblem(f"duplicate key {key[:60]!r}")
+            out[key] = value
+        return out
+
+    def integer(digits: str) -> int:
+        if len(digits) > _MAX_INTEGER_CHARS or abs(int(digits)) > MAX_FILE_INTEGER:
+            raise JsonProblem(_huge_integer(digits))
+        return int(digits)
+
+    def number(digits: str) -> float:
+        value = float(digits)
+        if not math.isfinite(value):
+            raise JsonProblem(f"the number {digits[:40]} is too large for a float")
+        return value
+
+    def constant(name: str) -> Any:
+        raise JsonProblem(f"{name} is not a JSON number (write null, or a number)")
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs, parse_int=integer, parse_float=number, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise JsonProblem(f"{exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise JsonProblem("nested too deeply") from None
+
+
+def _huge_integer(text: str) -> str:
+    digits = sum(c.isdigit() for c in text)
+    return f"an integer of {digits} digits is too large (at most {MAX_FILE_INTEGER}, 2**63 - 1)"
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:

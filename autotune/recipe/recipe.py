@@ -1,6 +1,7 @@
 """The recipe: the best configuration a study found, in a versioned file the user takes home.
 
-Format `autotune.recipe` version 1 (JSON; YAML is accepted on load, safe loader only):
+Format `autotune.recipe` version 1 (JSON, read as strict JSON; a .yaml or .yml file is read as
+YAML, safe loader only):
 
     format, version            "autotune.recipe", 1
     config                     every knob (TrainConfig), checkpoint_layers as explicit indices
@@ -60,10 +61,12 @@ import yaml
 from autotune.config import (
     MAX_GLOBAL_BATCH_TOKENS,
     MAX_TOKEN_BUDGET,
+    JsonProblem,
     TrainConfig,
     accumulation_steps,
     check_int,
     is_finite_number,
+    load_json,
     load_yaml,
     read_config_file,
     yaml_problem,
@@ -82,6 +85,7 @@ if TYPE_CHECKING:  # torch is imported by the methods that need it, not by `impo
 
 FORMAT = "autotune.recipe"
 FORMAT_VERSION = 1
+YAML_SUFFIXES = (".yaml", ".yml")  # read as YAML; every other recipe file as JSON
 _KEYS = {
     "format",
     "version",
@@ -166,11 +170,17 @@ class Recipe:
         path = Path(path)
         text = read_config_file(path, what=f"recipe {path}")
         try:
-            # A safe loader (it parses JSON too): !!python/object and every other tag that would
-            # construct objects is refused, and so are anchors, aliases and duplicate keys.
-            raw = load_yaml(text)
+            if path.suffix.lower() in YAML_SUFFIXES:
+                # A safe loader: !!python/object and every other tag that would construct objects
+                # is refused, and so are anchors, aliases and duplicate keys.
+                raw = load_yaml(text)
+            else:
+                # JSON as JSON: YAML 1.1 reads 1e-05 (how json.dumps writes 0.00001) as text.
+                raw = load_json(text)
         except yaml.YAMLError as exc:
             raise UsageError(f"recipe {path}: not a valid recipe file ({yaml_problem(exc)})") from None
+        except JsonProblem as exc:
+            raise UsageError(f"recipe {path}: not a valid recipe file (JSON: {exc})") from None
         recipe = cls.from_dict(raw, where=f"recipe {path}")
         if check_environment:
             recipe.warn_if_elsewhere()

@@ -158,3 +158,41 @@ def count_composed_nodes(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(_StrictLoader, "compose_node", counting)
     return count
+
+
+# --- numbers and types, read back exactly (issue E) -------------------------------------------
+
+
+@pytest.mark.parametrize("headroom", [0.00001, 1e-9, 0.05])
+def test_a_recipe_autotune_wrote_reads_back_with_its_tiny_floats(tmp_path, headroom):
+    """`--memory-headroom 0.00001` was written as 1e-05, which the YAML 1.1 loader read as text:
+    the recipe autotune itself wrote could not be read back."""
+    recipe = Recipe.from_dict(recipe_dict(measured__memory_headroom=headroom, measured__mfu=1e-7))
+    path = recipe.save(tmp_path / "r.json")
+    loaded = Recipe.load(path, check_environment=False)
+    assert loaded.measured["memory_headroom"] == headroom and loaded.measured["mfu"] == 1e-7
+    assert loaded == recipe
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ('{"format": "autotune.recipe", "version": 1, "version": 1}', "duplicate key 'version'"),
+        (json.dumps(recipe_dict()).replace('"tokens_per_sec": 1000.0', '"tokens_per_sec": NaN'), "NaN"),
+        (json.dumps(recipe_dict()).replace('"tokens_per_sec": 1000.0', '"tokens_per_sec": 1e400'), "1e400"),
+    ],
+    ids=["duplicate-key", "nan", "overflow"],
+)
+def test_a_json_recipe_is_read_as_strict_json(tmp_path, monkeypatch, text, said):
+    message = refused(tmp_path, monkeypatch, "export", str(write(tmp_path, text)))
+    assert "not a valid recipe file" in message and said in message, message
+
+
+@pytest.mark.parametrize("name", ["r.json", "r.yaml"])
+@pytest.mark.parametrize("where", ["config__token_budget", "measured__peak_memory_bytes", "version"])
+def test_a_5000_digit_integer_in_a_recipe_is_one_line(tmp_path, monkeypatch, name, where):
+    """Python's digit-limit ValueError came out as a traceback."""
+    text = json.dumps(recipe_dict(**{where: 12345})).replace("12345", "9" * 5000)
+    message = refused(tmp_path, monkeypatch, "export", str(write(tmp_path, text, name)))
+    assert "integer" in message and "too large" in message and len(message) < 300, message
+
