@@ -191,7 +191,7 @@ class Recipe:
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             raise UsageError(f"{where}: not an autotune recipe (expected format: {FORMAT})")
         version = raw.get("version")
-        if not isinstance(version, int) or version < 1:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise UsageError(f"{where}: version must be a positive integer, got {version!r}")
         if version > FORMAT_VERSION:
             raise UsageError(

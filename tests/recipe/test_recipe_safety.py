@@ -196,3 +196,9 @@ def test_a_5000_digit_integer_in_a_recipe_is_one_line(tmp_path, monkeypatch, nam
     message = refused(tmp_path, monkeypatch, "export", str(write(tmp_path, text, name)))
     assert "integer" in message and "too large" in message and len(message) < 300, message
 
+
+@pytest.mark.parametrize("version", [True, 1.0, "1"])
+def test_a_recipe_version_must_be_a_true_integer(tmp_path, monkeypatch, version):
+    """`version: true` was accepted: bool is an int in Python."""
+    message = refused(tmp_path, monkeypatch, "export", str(write(tmp_path, recipe_dict(version=version))))
+    assert "version must be a positive integer" in message, message
