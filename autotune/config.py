@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from autotune import registry
+from autotune import environment, registry
 from autotune.errors import UnsupportedConfig, UsageError
 
 IGNORE_INDEX = -100  # the label of a pad position in every batch autotune makes: cross-entropy skips it
@@ -50,7 +50,7 @@ MAX_SEED = 2**32 - 1  # numpy's generators take seeds in [0, 2**32)
 # and the checklist's 4 workers run on a small machine); AUTOTUNE_MAX_NUM_WORKERS overrides.
 WORKERS_PER_CPU = 4
 WORKERS_FLOOR = 8
-MAX_WORKERS_ENV = "AUTOTUNE_MAX_NUM_WORKERS"
+MAX_WORKERS_ENV = environment.MAX_NUM_WORKERS
 
 KNOBS: tuple[str, ...] = registry.names(registry.TRAIN)
 
@@ -296,16 +296,8 @@ def usable_cpus() -> int:
 
 def max_num_workers_here() -> int:
     """The most DataLoader workers a configuration may start on this machine."""
-    raw = os.environ.get(MAX_WORKERS_ENV, "").strip()
-    if raw:
-        try:
-            value = int(raw)
-        except ValueError:
-            value = -1
-        if not 0 <= value <= MAX_NUM_WORKERS:
-            raise UsageError(f"{MAX_WORKERS_ENV}: expected a whole number from 0 to {MAX_NUM_WORKERS}, got {raw!r}")
-        return value
-    return max(WORKERS_FLOOR, WORKERS_PER_CPU * usable_cpus())
+    value = environment.value(MAX_WORKERS_ENV)
+    return value if value is not None else max(WORKERS_FLOOR, WORKERS_PER_CPU * usable_cpus())
 
 
 def check_workers_here(num_workers: int, *, where: str) -> None:
@@ -314,7 +306,7 @@ def check_workers_here(num_workers: int, *, where: str) -> None:
     if num_workers > cap:
         how = (
             f"{MAX_WORKERS_ENV} allows {cap}"
-            if os.environ.get(MAX_WORKERS_ENV, "").strip()
+            if environment.is_set(MAX_WORKERS_ENV)
             else f"at most {WORKERS_PER_CPU} per CPU, {usable_cpus()} CPUs here"
         )
         raise UsageError(

@@ -22,6 +22,7 @@ from autotune.cli.doctor import doctor
 from autotune.cli.recipes import export, profile, verify
 from autotune.cli.search import search
 from autotune.cli.studies import compare, dashboard, report, show
+from autotune.environment import check_environment
 from autotune.errors import AutotuneError
 
 
@@ -35,6 +36,7 @@ class AutotuneGroup(click.Group):
         from autotune.trial.processes import exit_code_for, stop_signal_of, stop_signals_raise
 
         try:
+            check_environment()  # every AUTOTUNE_* variable, before anything runs
             with stop_signals_raise():
                 return super().invoke(ctx)
         except AutotuneError as exc:

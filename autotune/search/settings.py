@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from autotune import environment
 from autotune.config import MAX_GLOBAL_BATCH_TOKENS, MAX_MIN_TIME_S, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS
 
 PASS, PARENT, NEVER = "pass", "parent", "never"
@@ -129,7 +130,7 @@ class SearchSettings:
             "--storage",
             "Optuna storage URL (default: sqlite:///studies/<study>.db); journal:PATH for one host, many workers; "
             "postgresql://... for many hosts (the environment variable keeps a password off the command line).",
-            envvar="AUTOTUNE_STORAGE",
+            envvar=environment.STORAGE,
             worker=PARENT,  # in the worker's environment, never its argv (a password would show in ps)
         ),
     )
