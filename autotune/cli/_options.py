@@ -3,10 +3,13 @@ memory sizes, durations and fractions, and JSON output."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import re
-from typing import Any, Callable
+import sys
+from typing import Any, Callable, Iterator
 
 import click
 
@@ -92,6 +95,30 @@ FRACTION = _UnitType("fraction", units.parse_fraction)
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
+
+
+@contextlib.contextmanager
+def stdout_to_stderr(enabled: bool = True) -> Iterator[None]:
+    """While measuring in this process for --json, whatever the model prints goes to stderr, so
+    stdout holds the JSON alone: Python's prints (sys.stdout), and C code's and DataLoader
+    workers' (file descriptor 1, pointed at stderr's file meanwhile)."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no descriptor 1 or 2 (a daemon): Python's prints are redirected all the same
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _stack(*options: Callable) -> Callable[[Callable], Callable]:

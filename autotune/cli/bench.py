@@ -13,6 +13,7 @@ from autotune.cli._options import (
     json_option,
     memory_limit_option,
     run_options,
+    stdout_to_stderr,
 )
 
 PROBE_TIMEOUT_S = 300.0
@@ -119,7 +120,8 @@ def bench(
     except UnsupportedConfig as exc:  # both numbers are the user's own: a usage error, at once
         raise UsageError(f"--global-batch-tokens: {exc}") from None
     spec = _run_spec(model, device, data, seq_len, warmup, steps, min_time, seed, memory_limit, global_batch_tokens)
-    result = measure(spec, cfg)
+    with stdout_to_stderr(as_json):  # the model's prints: stdout is for the JSON alone
+        result = measure(spec, cfg)
     if as_json:
         emit_json(result.to_dict())
     else:

@@ -16,6 +16,7 @@ from autotune.cli._options import (
     emit_json,
     json_option,
     min_time_option,
+    stdout_to_stderr,
     steps_option,
     study_options,
     warmup_option,
@@ -238,7 +239,10 @@ def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_mode
         from autotune.trial.probe import probe
 
         probe(name, data=data, seq_len=recipe.model.get("seq_len"), timeout_s=DEFAULT_PROBE_TIMEOUT_S)
-    report = profile_recipe(recipe, device=device, steps=steps, warmup=warmup, out_dir=out, data=data, model_name=name)
+    with stdout_to_stderr(as_json):  # the model's prints: stdout is for the JSON alone
+        report = profile_recipe(
+            recipe, device=device, steps=steps, warmup=warmup, out_dir=out, data=data, model_name=name
+        )
     if as_json:
         emit_json(report.to_dict())
     else:
