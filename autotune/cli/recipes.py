@@ -225,9 +225,9 @@ def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_mode
     elementwise, optimizer) and a Chrome trace for Perfetto or chrome://tracing."""
     from autotune.config import check_runnable_here
     from autotune.measure.profile import TRACE_NAME
-    from autotune.model.load import is_users_code
     from autotune.present.summaries import format_profile
     from autotune.recipe.profile import profile_recipe
+    from autotune.recipe.verify import check_recipe_runs
 
     device = _resolve(device)
     recipe = load_recipe(recipe_path, device)
@@ -235,10 +235,16 @@ def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_mode
     check_runnable_here(recipe.config, where=f"recipe {recipe_path}: config")
     out = out_dir or str(Path("profiles") / Path(recipe_path).stem)
     check_output_folder(out, (TRACE_NAME,), what="--out")  # before anything runs
-    if is_users_code(name):  # as bench: profiled in this process, so only a user's code is probed first
-        from autotune.trial.probe import probe
-
-        probe(name, data=data, seq_len=recipe.model.get("seq_len"), timeout_s=DEFAULT_PROBE_TIMEOUT_S)
+    # Its blocks and seq_len against the model, and the data: a user's model is built in a child
+    # first (as bench: it is profiled in this process).
+    check_recipe_runs(
+        recipe,
+        name,
+        data=data,
+        data_from_recipe=False,
+        timeout_s=DEFAULT_PROBE_TIMEOUT_S,
+        host_limit_bytes=None,
+    )
     with stdout_to_stderr(as_json):  # the model's prints: stdout is for the JSON alone
         report = profile_recipe(
             recipe, device=device, steps=steps, warmup=warmup, out_dir=out, data=data, model_name=name

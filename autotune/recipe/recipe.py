@@ -54,7 +54,7 @@ import json
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 import yaml
 
@@ -116,6 +116,8 @@ class Recipe:
     # Positions per optimizer step (padding included), reached by accumulating token_budget
     # micro-batches; None: one micro-batch per optimizer step. Written as the `batch` section.
     global_batch_tokens: int | None = None
+    # The file it was read from (`load`), for messages; not a field: never written, never compared.
+    source: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         if self.global_batch_tokens is not None:
@@ -182,6 +184,7 @@ class Recipe:
         except JsonProblem as exc:
             raise UsageError(f"recipe {path}: not a valid recipe file (JSON: {exc})") from None
         recipe = cls.from_dict(raw, where=f"recipe {path}")
+        recipe.source = str(path)
         if check_environment:
             recipe.warn_if_elsewhere()
         return recipe

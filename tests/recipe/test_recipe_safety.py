@@ -202,3 +202,42 @@ def test_a_recipe_version_must_be_a_true_integer(tmp_path, monkeypatch, version)
     """`version: true` was accepted: bool is an int in Python."""
     message = refused(tmp_path, monkeypatch, "export", str(write(tmp_path, recipe_dict(version=version))))
     assert "version must be a positive integer" in message, message
+
+
+RUNS_NOWHERE = {
+    "block_beyond_the_model": (
+        recipe_dict(config__checkpoint_layers=[1, 99999]),
+        "checkpoint_layers: block 99999 does not exist, gpt2-tiny has 2 blocks (0 to 1)",
+    ),
+    "seq_len_beyond_the_context": (
+        recipe_dict(model__seq_len=10**12),
+        "model.seq_len: 1000000000000 is longer than gpt2-tiny's context of 128 tokens",
+    ),
+    "seq_len_one": (recipe_dict(model__seq_len=1), "model.seq_len: must be at least 2, got 1"),
+    "data_not_a_data_file": (
+        recipe_dict(data="/etc/passwd"),
+        "data '/etc/passwd': expected synthetic or a file ending in .bin, .txt or .jsonl",
+    ),
+}
+
+
+@pytest.fixture
+def no_run_at_all(monkeypatch, no_run):
+    def nothing(*args, **kwargs):
+        raise AssertionError("nothing may run for a recipe that cannot run")
+
+    monkeypatch.setattr("autotune.recipe.soak_check.run_soak", nothing)
+    monkeypatch.setattr("autotune.recipe.profile.profile_config", nothing)
+
+
+@pytest.mark.parametrize("case", sorted(RUNS_NOWHERE))
+@pytest.mark.parametrize("command", [["verify"], ["verify", "--soak"], ["profile"]], ids=" ".join)
+def test_recipe_fields_that_load_but_cannot_run_are_bad_input(tmp_path, monkeypatch, no_run_at_all, case, command):
+    """A checkpointed block 99999, seq_len 10**12 or data /etc/passwd started a trial, then failed
+    verify with exit 1: bad input, exit 2, before any process starts."""
+    raw, message = RUNS_NOWHERE[case]
+    if command == ["profile"] and case == "data_not_a_data_file":
+        pytest.skip("profile measures on --data (synthetic by default), never the recipe's data")
+    path = write(tmp_path, raw)
+    said = refused(tmp_path, monkeypatch, *command, str(path), "--device", "cpu")
+    assert said.startswith(f"Error: recipe {path}: ") and message in said, said
