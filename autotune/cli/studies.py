@@ -98,8 +98,11 @@ def dashboard(study, storage, port) -> None:
         f"optuna-dashboard for study {loaded.study_name}: {dashboard_url(loaded, port)}  (Ctrl-C stops it: exit 130)",
         err=True,
     )
+    from autotune.trial.processes import stops_not_swallowed
+
     try:
-        serve_dashboard(loaded, port)
+        with stops_not_swallowed():  # bottle's server swallows Ctrl-C: exit 130 / 143 all the same
+            serve_dashboard(loaded, port)
     except OSError as exc:  # taken between the check and the server's own bind
         raise UsageError(f"--port {port}: cannot serve on 127.0.0.1:{port} ({exc.strerror or exc})") from None
 
