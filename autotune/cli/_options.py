@@ -15,7 +15,7 @@ import click
 
 from autotune import units
 from autotune.config import MAX_GLOBAL_BATCH_TOKENS, MAX_MIN_TIME_S, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS
-from autotune.errors import UsageError
+from autotune.errors import UsageError, printable
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -91,6 +91,12 @@ PORT = Number(1, 65535)
 MEMORY_SIZE = _UnitType("size", units.parse_memory_size)
 DURATION = _UnitType("duration", units.parse_duration)
 FRACTION = _UnitType("fraction", units.parse_fraction)
+
+
+def say(text: str, *, err: bool = False) -> None:
+    """Print text of our making for people: its lines as they are, any terminal control in it
+    (from a field a presenter did not escape) escaped (see `errors.printable`)."""
+    click.echo(printable(text, newlines=True), err=err)
 
 
 def emit_json(data: Any) -> None:

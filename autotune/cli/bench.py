@@ -13,6 +13,7 @@ from autotune.cli._options import (
     json_option,
     memory_limit_option,
     run_options,
+    say,
     stdout_to_stderr,
 )
 
@@ -125,5 +126,5 @@ def bench(
     if as_json:
         emit_json(result.to_dict())
     else:
-        click.echo(format_measurement(result))
+        say(format_measurement(result))
     sys.exit(0 if result.outcome == outcomes.OK else 1)

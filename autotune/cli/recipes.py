@@ -16,13 +16,14 @@ from autotune.cli._options import (
     emit_json,
     json_option,
     min_time_option,
+    say,
     stdout_to_stderr,
     steps_option,
     study_options,
     warmup_option,
 )
 from autotune.device.disk import check_output_folder, check_writable, write_text_atomic
-from autotune.errors import UsageError
+from autotune.errors import UsageError, printable
 
 model_override_options = [
     click.option(
@@ -53,7 +54,7 @@ def load_recipe(path: str, device: str):
     recipe = Recipe.load(path, check_environment=False)
     diffs = recipe.differences_from_here(device)
     if diffs:
-        click.echo("Warning: this recipe was measured elsewhere: " + "; ".join(diffs), err=True)
+        click.echo(printable("Warning: this recipe was measured elsewhere: " + "; ".join(diffs)), err=True)
     return recipe
 
 
@@ -107,16 +108,16 @@ def export(recipe_file, study, storage, output, fmt) -> None:
         check_writable(output, what="output", create_folders=True)
     if fmt == "json" and output:
         path = recipe.save(output)
-        click.echo(f"wrote {path}")
+        click.echo(f"wrote {printable(path)}")
         return
     from autotune.integrations.export import render
 
     text = render(recipe, fmt)
     if output:
         write_text_atomic(output, text, what="output")
-        click.echo(f"wrote {output}")
+        click.echo(f"wrote {printable(output)}")
     else:
-        click.echo(text, nl=not text.endswith("\n"))
+        click.echo(printable(text, newlines=True), nl=not text.endswith("\n"))
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -188,7 +189,7 @@ def verify(
             model=model,
             allow_model_import=allow_model_import,
         )
-        emit_json(result) if as_json else click.echo(format_soak(result, recipe_path))
+        emit_json(result) if as_json else say(format_soak(result, recipe_path))
         sys.exit(0 if result["passed"] else 1)
     tol = tolerance if tolerance is not None else default_tolerance(device)
     recipe = load_recipe(recipe_path, device)
@@ -207,7 +208,7 @@ def verify(
     if as_json:
         emit_json(result)
     else:
-        click.echo(format_verify(result, recipe_path))
+        say(format_verify(result, recipe_path))
     sys.exit(0 if result["passed"] else 1)
 
 
@@ -252,4 +253,4 @@ def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_mode
     if as_json:
         emit_json(report.to_dict())
     else:
-        click.echo(format_profile(report))
+        say(format_profile(report))

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from autotune.cli._options import CONTEXT_SETTINGS, LIST_LIMIT, PORT, emit_json, json_option, study_options
+from autotune.cli._options import CONTEXT_SETTINGS, LIST_LIMIT, PORT, emit_json, json_option, say, study_options
+from autotune.errors import printable
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -28,14 +29,14 @@ def show(study, storage, as_json, limit) -> None:
             if as_json:
                 emit_json(studies_json(entries))
             else:
-                click.echo(studies_text(entries))
+                say(studies_text(entries))
             return
     loaded = load_study(study, storage)
     summary = summarize(loaded)
     if as_json:
         emit_json(show_json(loaded, summary))
     else:
-        click.echo(show_text(loaded, summary, limit))
+        say(show_text(loaded, summary, limit))
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -59,9 +60,9 @@ def compare(refs, as_json, as_markdown) -> None:
     if as_json:
         emit_json(comparison.to_dict())
     elif as_markdown:
-        click.echo(comparison_markdown(comparison))
+        say(comparison_markdown(comparison))
     else:
-        click.echo(comparison_text(comparison))
+        say(comparison_text(comparison))
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -78,8 +79,8 @@ def report(study, storage, out_dir) -> None:
     shown = redact(storage or default_storage_url(loaded.study_name))
     written = write_report(loaded, out_dir or Path("reports") / loaded.study_name, storage=shown)
     for path in [*written.images.values(), written.markdown]:
-        click.echo(f"wrote {path}")
-    click.echo(f"open {written.html}")
+        click.echo(f"wrote {printable(path)}")
+    click.echo(f"open {printable(written.html)}")
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -95,7 +96,8 @@ def dashboard(study, storage, port) -> None:
     check_port_free(port)
     loaded = load_study(study, storage)
     click.echo(
-        f"optuna-dashboard for study {loaded.study_name}: {dashboard_url(loaded, port)}  (Ctrl-C stops it: exit 130)",
+        f"optuna-dashboard for study {printable(loaded.study_name)}: {dashboard_url(loaded, port)}  "
+        "(Ctrl-C stops it: exit 130)",
         err=True,
     )
     from autotune.trial.processes import stops_not_swallowed
