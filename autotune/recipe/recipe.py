@@ -158,6 +158,7 @@ class Recipe:
         data["config"] = self.config.to_dict()
         del data["global_batch_tokens"]
         data["batch"] = self.batch_section()  # last: the sections before it keep their places
+        data["study"] = _redacted(data["study"])  # never a password in a file or an export
         # Through JSON: plain types only (torch.__version__ is a str subclass that
         # yaml.safe_dump refuses; tuples become lists), whatever the fields were built from.
         return json.loads(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **data}))
@@ -220,7 +221,7 @@ class Recipe:
         _check_memory_limit(measured, where=f"{where}: measured")
         speedups = raw.get("reference_speedups", {})
         _check_fields(speedups, {name: _number for name in speedups}, where=f"{where}: reference_speedups")
-        study = raw.get("study", {})
+        study = _redacted(raw.get("study", {}))  # a hand-made recipe may hold a password
         _check_fields(study, _STUDY_FIELDS, where=f"{where}: study")
         global_batch = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
         return cls(
@@ -474,6 +475,15 @@ _EXPECTED = {
     _numbers: "a list of numbers",
     _interval: "[low, high] or null",
 }
+
+
+def _redacted(study: Any) -> Any:
+    """The study section with its storage URL's password hidden (as `study.urls.redact` shows it)."""
+    if not isinstance(study, Mapping) or not isinstance(study.get("storage"), str):
+        return study
+    from autotune.study.urls import redact
+
+    return {**study, "storage": redact(study["storage"])}
 
 
 def _check_fields(section: Mapping[str, Any], fields: Mapping[str, Callable[[Any], bool]], *, where: str) -> None:

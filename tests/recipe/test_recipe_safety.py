@@ -241,3 +241,23 @@ def test_recipe_fields_that_load_but_cannot_run_are_bad_input(tmp_path, monkeypa
     path = write(tmp_path, raw)
     said = refused(tmp_path, monkeypatch, *command, str(path), "--device", "cpu")
     assert said.startswith(f"Error: recipe {path}: ") and message in said, said
+
+
+@pytest.mark.parametrize(
+    "storage",
+    ["postgresql://tuner:s3cret@db/autotune", "postgresql://tuner@db/autotune?password=s3cret", "x:s3cret@host"],
+)
+@pytest.mark.parametrize("fmt", ["json", "yaml", "hf", "lightning"])
+def test_a_password_in_a_hand_made_recipe_is_never_exported(tmp_path, monkeypatch, storage, fmt):
+    """`export` printed a password held in a hand-made recipe's study.storage: it is redacted
+    when the recipe is read, as when one is written."""
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, recipe_dict(study__storage=storage))
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    result = CliRunner().invoke(main, ["export", str(path), "--format", fmt])
+    assert result.exit_code == 0, result.output
+    assert "s3cret" not in result.output
+    assert "s3cret" not in json.dumps(Recipe.load(path, check_environment=False).to_dict())
