@@ -65,16 +65,20 @@ def test_a_numeric_option_out_of_range_is_one_line_and_exit_2(tmp_path, monkeypa
 
 def test_numbers_in_range_are_taken(tmp_path, monkeypatch):
     """The bounds refuse nothing that was valid: the values reach the command as numbers."""
+    import optuna
+
+    from autotune.study.storage import open_storage
+
     seen = {}
 
     def record(loaded, summary, limit):
         seen["limit"] = limit
         return "listed"
 
-    monkeypatch.setattr("autotune.study.storage.load_study", lambda study, storage: object())
-    monkeypatch.setattr("autotune.study.summary.summarize", lambda loaded: None)
+    url = f"journal:{tmp_path / 's.journal'}"
+    optuna.create_study(study_name="x", storage=open_storage(url), direction="maximize")
     monkeypatch.setattr("autotune.present.summaries.show_text", record)
-    result = CliRunner().invoke(main, ["show", "--study", "x", "--limit", "+7"])
+    result = CliRunner().invoke(main, ["show", "--storage", url, "--study", "x", "--limit", "+7"])
     assert result.exit_code == 0 and seen == {"limit": 7}, result.output
 
 
