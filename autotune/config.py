@@ -8,6 +8,7 @@ files a user hands us (`read_config_file`, `load_yaml`), stricter than `yaml.saf
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import stat
@@ -17,7 +18,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from autotune import registry
+from autotune import environment, registry
 from autotune.errors import UnsupportedConfig, UsageError
 
 IGNORE_INDEX = -100  # the label of a pad position in every batch autotune makes: cross-entropy skips it
@@ -42,12 +43,14 @@ MAX_BLOCK_INDEX = registry.MAX_BLOCK_INDEX
 MAX_GLOBAL_BATCH_TOKENS = 1 << 32
 MAX_STEPS = 1_000_000  # --steps and --warmup
 MAX_MIN_TIME_S = 3600.0  # --min-time: an hour of timed steps is already a benchmark, not a trial
+MAX_SEQ_LEN = 1 << 20  # --seq-len: 1M positions, beyond any GPT-2-class context (the model's is checked too)
+MAX_SEED = 2**32 - 1  # numpy's generators take seeds in [0, 2**32)
 # DataLoader workers are processes: more than a few per CPU only adds memory and scheduling.
 # At most this many per usable CPU (and never fewer than WORKERS_FLOOR, so the shipped spaces
 # and the checklist's 4 workers run on a small machine); AUTOTUNE_MAX_NUM_WORKERS overrides.
 WORKERS_PER_CPU = 4
 WORKERS_FLOOR = 8
-MAX_WORKERS_ENV = "AUTOTUNE_MAX_NUM_WORKERS"
+MAX_WORKERS_ENV = environment.MAX_NUM_WORKERS
 
 KNOBS: tuple[str, ...] = registry.names(registry.TRAIN)
 
@@ -219,6 +222,7 @@ class RunSpec:
             raise UsageError(f"min_time_s must be at most {MAX_MIN_TIME_S:g} seconds, got {self.min_time_s!r}")
         check_int("steps", self.steps, minimum=2, maximum=MAX_STEPS)
         check_int("warmup", self.warmup, minimum=0, maximum=MAX_STEPS)
+        check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         if self.seq_len is not None:
             check_int("seq_len", self.seq_len, minimum=2)
         if self.global_batch_tokens is not None:
@@ -292,16 +296,8 @@ def usable_cpus() -> int:
 
 def max_num_workers_here() -> int:
     """The most DataLoader workers a configuration may start on this machine."""
-    raw = os.environ.get(MAX_WORKERS_ENV, "").strip()
-    if raw:
-        try:
-            value = int(raw)
-        except ValueError:
-            value = -1
-        if not 0 <= value <= MAX_NUM_WORKERS:
-            raise UsageError(f"{MAX_WORKERS_ENV}: expected a whole number from 0 to {MAX_NUM_WORKERS}, got {raw!r}")
-        return value
-    return max(WORKERS_FLOOR, WORKERS_PER_CPU * usable_cpus())
+    value = environment.value(MAX_WORKERS_ENV)
+    return value if value is not None else max(WORKERS_FLOOR, WORKERS_PER_CPU * usable_cpus())
 
 
 def check_workers_here(num_workers: int, *, where: str) -> None:
@@ -310,7 +306,7 @@ def check_workers_here(num_workers: int, *, where: str) -> None:
     if num_workers > cap:
         how = (
             f"{MAX_WORKERS_ENV} allows {cap}"
-            if os.environ.get(MAX_WORKERS_ENV, "").strip()
+            if environment.is_set(MAX_WORKERS_ENV)
             else f"at most {WORKERS_PER_CPU} per CPU, {usable_cpus()} CPUs here"
         )
         raise UsageError(
@@ -346,15 +342,23 @@ def normalize_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
 MAX_CONFIG_FILE_BYTES = 1 << 20
 # Far deeper than any space or recipe nests; deeper input would exhaust Python's recursion.
 MAX_YAML_DEPTH = 64
+# No value a space or a recipe holds needs more than 64 bits; a longer integer is a typo or an
+# attack (int() of 5000 digits raises Python's digit-limit ValueError; of a million, takes seconds).
+MAX_FILE_INTEGER = 2**63 - 1
+_MAX_INTEGER_CHARS = 40  # checked before int() is called
 
 
 def read_config_file(path: str | Path, *, what: str) -> str:
     """The text of a small UTF-8 file, or one UsageError line: `what` names it ("recipe X")."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode):
+        # Checked before opening: open() of a FIFO blocks until a writer comes, maybe never.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise UsageError(f"{what}: not a regular file")
+        # O_NONBLOCK too, and checked again on what was opened: the path may change meanwhile.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise UsageError(f"{what}: not a regular file")
             data = f.read(MAX_CONFIG_FILE_BYTES + 1)
     except UsageError:
@@ -410,6 +414,15 @@ class _StrictLoader(yaml.SafeLoader):
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node: Any) -> int:
+        text = str(node.value)
+        if len(text) > _MAX_INTEGER_CHARS:
+            raise yaml.constructor.ConstructorError(None, None, _huge_integer(text), node.start_mark)
+        value = super().construct_yaml_int(node)
+        if abs(value) > MAX_FILE_INTEGER:
+            raise yaml.constructor.ConstructorError(None, None, _huge_integer(text), node.start_mark)
+        return value
+
     def construct_plain_timestamp(self, node: Any) -> str:
         return self.construct_scalar(node)
 
@@ -420,6 +433,7 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", _StrictLoader.construct_plain_timestamp)
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 for _tag in ("binary", "set", "omap", "pairs"):
     _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _StrictLoader.construct_refused)
 
@@ -431,6 +445,50 @@ def load_yaml(text: str) -> Any:
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise yaml.YAMLError("nested too deeply") from None
+
+
+class JsonProblem(ValueError):
+    """What is wrong in a JSON file, in one line (with its line where known)."""
+
+
+def load_json(text: str) -> Any:
+    """Parse strict JSON to plain values: duplicate keys, NaN and Infinity, numbers that overflow
+    a float and integers beyond MAX_FILE_INTEGER are refused (JsonProblem), where `json.loads`
+    keeps the last key, reads NaN and inf, and raises Python's digit-limit error."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise JsonProblem(f"duplicate key {key[:60]!r}")
+            out[key] = value
+        return out
+
+    def integer(digits: str) -> int:
+        if len(digits) > _MAX_INTEGER_CHARS or abs(int(digits)) > MAX_FILE_INTEGER:
+            raise JsonProblem(_huge_integer(digits))
+        return int(digits)
+
+    def number(digits: str) -> float:
+        value = float(digits)
+        if not math.isfinite(value):
+            raise JsonProblem(f"the number {digits[:40]} is too large for a float")
+        return value
+
+    def constant(name: str) -> Any:
+        raise JsonProblem(f"{name} is not a JSON number (write null, or a number)")
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs, parse_int=integer, parse_float=number, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise JsonProblem(f"{exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise JsonProblem("nested too deeply") from None
+
+
+def _huge_integer(text: str) -> str:
+    digits = sum(c.isdigit() for c in text)
+    return f"an integer of {digits} digits is too large (at most {MAX_FILE_INTEGER}, 2**63 - 1)"
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:

@@ -40,17 +40,17 @@ def parse_memory_size(text: str, *, option: str = "--memory-limit") -> int:
     unit = match.group(2).lower() if match else None
     if not match or unit not in _SIZE_UNITS:
         raise UsageError(
-            f"{option}: cannot read {_shown(text)} as a memory size; expected e.g. 60GiB, 512MiB or 8000000000"
+            f"{option}: cannot read {shown(text)} as a memory size; expected e.g. 60GiB, 512MiB or 8000000000"
         )
     value = float(match.group(1)) * _SIZE_UNITS[unit]
     if value <= 0:
-        raise UsageError(f"{option}: the memory size must be positive, got {_shown(text)}")
+        raise UsageError(f"{option}: the memory size must be positive, got {shown(text)}")
     if not math.isfinite(value) or value > MAX_MEMORY_SIZE:
-        raise UsageError(f"{option}: {_shown(text)} is more memory than any machine has (at most 1 EiB)")
+        raise UsageError(f"{option}: {shown(text)} is more memory than any machine has (at most 1 EiB)")
     if value < MIN_MEMORY_SIZE:
         hint = f" (a unit is missing: {match.group(1)}GiB?)" if not unit else ""
         raise UsageError(
-            f"{option}: {_shown(text)} is {format_bytes(int(value))}; a memory limit must be at least 1 MiB{hint}"
+            f"{option}: {shown(text)} is {format_bytes(int(value))}; a memory limit must be at least 1 MiB{hint}"
         )
     return int(value)
 
@@ -61,12 +61,12 @@ def parse_duration(text: str, *, option: str) -> float:
     number, unit = raw.rstrip("smh"), raw[len(raw.rstrip("smh")) :]
     # Digits, a point and an exponent only: float() would also take "nan", "inf" and "1_0".
     if not re.fullmatch(r"\s*[-+]?[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?\s*", number) or unit not in _DURATION_UNITS:
-        raise UsageError(f"{option}: cannot read {_shown(text)} as a duration; expected e.g. 90s, 10m or 2h") from None
+        raise UsageError(f"{option}: cannot read {shown(text)} as a duration; expected e.g. 90s, 10m or 2h") from None
     value = float(number) * _DURATION_UNITS[unit]
     if value <= 0:
-        raise UsageError(f"{option}: the duration must be positive, got {_shown(text)}")
+        raise UsageError(f"{option}: the duration must be positive, got {shown(text)}")
     if not value <= MAX_DURATION_S:
-        raise UsageError(f"{option}: {_shown(text)} is longer than a year; give at most 8784h")
+        raise UsageError(f"{option}: {shown(text)} is longer than a year; give at most 8784h")
     return value
 
 
@@ -74,10 +74,10 @@ def parse_fraction(text: str, *, option: str) -> float:
     """ "5%" or "0.05" -> 0.05; a fraction in [0, 1)."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%?)\s*", str(text))
     if not match:
-        raise UsageError(f"{option}: cannot read {_shown(text)}; expected a fraction like 0.05 or a percentage like 5%")
+        raise UsageError(f"{option}: cannot read {shown(text)}; expected a fraction like 0.05 or a percentage like 5%")
     value = float(match.group(1)) / (100 if match.group(2) else 1)
     if not 0 <= value < 1:
-        raise UsageError(f"{option}: {_shown(text)} is not between 0 and 100%")
+        raise UsageError(f"{option}: {shown(text)} is not between 0 and 100%")
     return value
 
 
@@ -88,10 +88,10 @@ def check_memory_fraction(value: float, *, option: str = "--memory-fraction") ->
     return float(value)
 
 
-def _shown(text: object) -> str:
+def shown(text: object) -> str:
     """A value as an error message quotes it: repr, cut short (an option can be megabytes)."""
-    shown = repr(str(text))
-    return shown if len(shown) <= 60 else shown[:57] + "..."
+    quoted = repr(str(text))
+    return quoted if len(quoted) <= 60 else quoted[:57] + "..."
 
 
 def format_bytes(n: int | float | None) -> str:

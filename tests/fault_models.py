@@ -6,6 +6,10 @@ tests: each is gpt2-tiny with a forward that misbehaves in one way a real trial 
     memory_hog   holds a buffer proportional to the batch's token positions: peak RSS
                  follows token_budget (~64 KiB per position, capped at ~1.2 GB)
     raises       raises ValueError("boom")
+    chatty       gpt2-tiny that prints to stdout when built and at every step, through Python's
+                 print and through file descriptor 1 (as C code prints)
+    host_hog     a factory that allocates HOST_HOG_BYTES of host memory, 32 MiB at a time,
+                 before it returns gpt2-tiny (as one building a far bigger model would)
 
 The trial process imports them from its working directory (the test's tmp dir), so the
 tests put the repository root on PYTHONPATH."""
@@ -27,6 +31,7 @@ from autotune.model.sizes import MODEL_SIZES
 PIDFILE_ENV = "AUTOTUNE_TEST_PIDFILE"
 HOG_BYTES_PER_TOKEN = 64 * 1024
 HOG_CAP_BYTES = 1_200_000_000
+HOST_HOG_BYTES = 1536 << 20  # 1.5 GiB: far above a 256 MiB limit, well within this machine
 
 
 class _Tiny(GPT):
@@ -98,3 +103,27 @@ def memory_hog() -> GPT:
 
 def raises() -> GPT:
     return Raises()
+
+
+def host_hog() -> GPT:
+    hoard = []
+    while sum(len(b) for b in hoard) < HOST_HOG_BYTES:
+        hoard.append(bytearray(b"x") * (32 << 20))  # written: every page is resident
+        time.sleep(0.01)  # growing, as a build does: the watchdog polls every 50 ms
+    time.sleep(1.0)
+    return _Tiny()
+
+
+class Chatty(_Tiny):
+    def __init__(self) -> None:
+        super().__init__()
+        print("chatty: built")
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        print("chatty: a step")
+        os.write(1, b"chatty: from C\n")
+        return super().forward(input_ids, labels)
+
+
+def chatty() -> GPT:
+    return Chatty()

@@ -72,3 +72,35 @@ def test_recipe_with_python_objects_is_refused_and_nothing_runs(tmp_path, monkey
     )
     message = _bad_input(tmp_path, monkeypatch, command + ["evil.yaml"])
     assert "evil.yaml" in message and not marker.exists()
+
+
+@pytest.mark.parametrize("what", ["recipe", "space"])
+def test_a_fifo_as_a_recipe_or_space_is_refused_without_hanging(tmp_path, what):
+    """The regular-file check came after a blocking open(): a FIFO with no writer hung forever."""
+    import os
+    import threading
+
+    from autotune.recipe import Recipe
+    from autotune.space.file import load_space
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            Recipe.load(fifo) if what == "recipe" else load_space(fifo)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(5)
+    hung = reader.is_alive()
+    if hung:  # let the blocked open() return, so the thread ends
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(5)
+    assert not hung, "reading a FIFO hung"
+    assert isinstance(outcome[0], UsageError) and "not a regular file" in str(outcome[0])

@@ -1,7 +1,9 @@
 """Property-based attacks on every parser of user input (issue 14, "fuzz the parsers"): recipes,
-search spaces, storage URLs, memory sizes and durations. Whatever the input, the answer is a
-value or one UsageError line: never another exception (a traceback), never a file written, and
-never a password in what is shown. A space that loads samples without error.
+search spaces, storage URLs, memory sizes and durations; and (issue E) every numeric option of
+the command line and every AUTOTUNE_* variable, through the CLI itself (each command's work
+replaced: no measurement ever runs here). Whatever the input, the answer is a value or one
+UsageError line: never another exception (a traceback), never a file written, and never a
+password in what is shown. A space that loads samples without error.
 
 Each test is bounded to a few seconds (max_examples, no example database written)."""
 
@@ -301,3 +303,134 @@ def test_a_duration_is_a_sane_number_of_seconds_or_one_line(text):
         one_line(exc)
         return
     assert isinstance(value, float) and math.isfinite(value) and 0 < value <= 366 * 24 * 3600
+
+
+# --- the command line's numeric options and the AUTOTUNE_* variables (issue E) ------------------------
+
+option_values = st.one_of(
+    numbers,
+    st.text(max_size=20),
+    st.integers(min_value=-(2**40), max_value=2**40).map(str),
+    st.sampled_from(["9" * 5000, "-" + "9" * 5000, "0x10", "+3", " 7 ", "2" * 20, "1e9", "-0.0", "\u0663"]),
+)
+# A cheap command per numeric option; every one stops before any work (see `no_work`).
+NUMERIC_OPTIONS = [
+    ("show", "--study", "x", "--limit"),
+    ("verify", "R", "--steps"),
+    ("verify", "R", "--soak", "--steps"),
+    ("verify", "R", "--warmup"),
+    ("verify", "R", "--min-time"),
+    ("verify", "R", "--tolerance"),
+    ("verify", "R", "--timeout"),
+    ("profile", "R", "--steps"),
+    ("profile", "R", "--warmup"),
+    ("bench", "--device", "cpu", "--seq-len"),
+    ("bench", "--device", "cpu", "--seed"),
+    ("bench", "--device", "cpu", "--steps"),
+    ("bench", "--device", "cpu", "--global-batch-tokens"),
+    ("bench", "--device", "cpu", "--memory-limit"),
+    ("search", "--seed"),
+    ("search", "--steps"),
+    ("search", "--n-trials"),
+    ("search", "--memory-fraction"),
+    ("search", "--memory-headroom"),
+    ("search", "--trial-timeout"),
+    ("dashboard", "--study", "x", "--port"),
+]
+
+
+class NoWork(UsageError):
+    """Raised where a command would start its work: a fuzz test never measures anything."""
+
+
+def no_work(*args, **kwargs):
+    raise NoWork("stopped before any work (fuzz test)")
+
+
+@contextlib.contextmanager
+def commands_that_do_no_work():
+    """Every command's work replaced by NoWork (one line, exit 2), in an empty folder holding a
+    recipe R that must hold nothing else afterwards."""
+    import pytest
+
+    from tests.helpers import cpu_recipe, save_recipe
+
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        here = os.getcwd()
+        os.chdir(tmp)
+        recipe = save_recipe(cpu_recipe(), Path(tmp) / "r.json")
+        for target in (
+            "autotune.measure.loop.measure",
+            "autotune.recipe.verify.verify_recipe",
+            "autotune.recipe.soak_check.soak_recipe",
+            "autotune.recipe.profile.profile_recipe",
+            "autotune.search.run.run_search",
+            "autotune.study.storage.load_study",
+            "autotune.present.dashboard.require_dashboard",
+        ):
+            patch.setattr(target, no_work)
+        try:
+            yield str(recipe)
+            assert os.listdir(tmp) == ["r.json"], f"an input wrote {os.listdir(tmp)}"
+        finally:
+            os.chdir(here)
+
+
+def assert_one_line_or_success(result) -> None:
+    """Exit 0, or a non-zero exit with one `Error:` line on stderr; never a traceback."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    if result.exit_code != 0:
+        assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1, repr(result.stderr)
+        assert "Traceback" not in result.output
+
+
+@FUZZ
+@given(option=st.sampled_from(NUMERIC_OPTIONS), value=option_values)
+@example(option=("verify", "R", "--soak", "--steps"), value="-3")
+@example(option=("search", "--seed"), value="4294967296")
+def test_a_numeric_option_is_taken_or_refused_in_one_line(option, value):
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    with commands_that_do_no_work() as recipe:
+        args = [recipe if a == "R" else a for a in option]
+        result = CliRunner().invoke(main, [*args, value])
+        assert_one_line_or_success(result)
+        if result.exit_code == 2 and "stopped before any work" not in result.stderr:
+            assert option[-1] in result.stderr, result.stderr  # the refusal names the option
+
+
+env_values = st.one_of(
+    st.text(max_size=30).filter(lambda t: "\x00" not in t),
+    st.integers(min_value=-(10**40), max_value=10**40).map(str),
+    st.sampled_from(["9" * 5000, "fork", "exec", "30", "0", "86401", "1024", "1025", " 5 ", "", "\x1b[2J"]),
+)
+
+
+@FUZZ
+@given(name=st.sampled_from(sorted(__import__("autotune.environment").environment.VARIABLES)), raw=env_values)
+@example(name="AUTOTUNE_HEARTBEAT_S", raw="1" + "0" * 30)
+def test_an_autotune_variable_is_valid_or_refused_in_one_line(name, raw):
+    from click.testing import CliRunner
+
+    from autotune import environment
+    from autotune.cli import main
+
+    try:
+        value = environment.value(name, {name: raw})
+    except UsageError as exc:
+        assert one_line(exc).startswith(f"{name}: expected ")
+        refused = True
+    else:
+        refused = False
+        if name == environment.HEARTBEAT_S:
+            assert isinstance(value, int) and 1 <= value <= environment.MAX_HEARTBEAT_S
+        elif name == environment.MAX_NUM_WORKERS:
+            assert value is None or 0 <= value <= 1024
+        elif name == environment.TRIAL_START:
+            assert value in ("fork", "exec")
+    with commands_that_do_no_work():
+        result = CliRunner().invoke(main, ["show", "--study", "x"], env={name: raw})
+        assert_one_line_or_success(result)
+        assert (f"Error: {name}: expected " in result.stderr) == refused, result.stderr

@@ -37,6 +37,7 @@ LAYERS = {
     "device": 0,
     "errors": 0,
     "units": 0,
+    "environment": 0,  # the AUTOTUNE_* variables, each declared and validated once
     "_version": 0,
 }
 

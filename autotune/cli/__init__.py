@@ -22,7 +22,16 @@ from autotune.cli.doctor import doctor
 from autotune.cli.recipes import export, profile, verify
 from autotune.cli.search import search
 from autotune.cli.studies import compare, dashboard, report, show
-from autotune.errors import AutotuneError
+from autotune.environment import check_environment
+from autotune.errors import AutotuneError, printable
+
+
+class OneLineFormatter(logging.Formatter):
+    """Log lines whose message is escaped (`printable`): a path or a name in it cannot start a
+    forged line or drive the terminal. A traceback, added after the message, keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        return printable(super().formatMessage(record))
 
 
 class AutotuneGroup(click.Group):
@@ -35,10 +44,11 @@ class AutotuneGroup(click.Group):
         from autotune.trial.processes import exit_code_for, stop_signal_of, stop_signals_raise
 
         try:
+            check_environment()  # every AUTOTUNE_* variable, before anything runs
             with stop_signals_raise():
                 return super().invoke(ctx)
         except AutotuneError as exc:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(f"Error: {printable(exc)}", err=True)  # one line, whatever the message holds
             sys.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             sig = stop_signal_of(exc)
@@ -53,9 +63,9 @@ class AutotuneGroup(click.Group):
 def main(verbose: bool) -> None:
     """Find the fastest way to train a GPT-2-class model on this machine, within a memory
     limit, and hand it back as a recipe."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 
 for _command in (bench, search, show, export, verify, profile, compare, report, dashboard, doctor):

@@ -3,12 +3,19 @@ memory sizes, durations and fractions, and JSON output."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Callable
+import math
+import os
+import re
+import sys
+from typing import Any, Callable, Iterator
 
 import click
 
 from autotune import units
+from autotune.config import MAX_GLOBAL_BATCH_TOKENS, MAX_MIN_TIME_S, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS
+from autotune.errors import UsageError, printable
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -28,13 +35,96 @@ class _UnitType(click.ParamType):
         return self._parse(value, option=option)
 
 
+class Number(click.ParamType):
+    """A whole number (`integer=True`) or a finite number within [low, high] (above low when
+    `above_low`). Anything else raises UsageError, which the `autotune` group prints as one line
+    naming the option and the range, exit 2: "--steps: expected a whole number from 2 to
+    1000000, got '-3'". Digits are read only up to 40 of them: int() of thousands of digits is
+    slow, and Python refuses it past 4300."""
+
+    def __init__(self, low: float, high: float, *, integer: bool = True, above_low: bool = False) -> None:
+        self.name = "integer" if integer else "number"
+        self.low, self.high, self.integer, self.above_low = low, high, integer, above_low
+
+    def expected(self) -> str:
+        what = "a whole number" if self.integer else "a number"
+        low = f"above {_plain(self.low)} and at most" if self.above_low else f"from {_plain(self.low)} to"
+        return f"{what} {low} {_plain(self.high)}"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        option = param.opts[0] if param is not None and param.opts else self.name
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # a default
+            number: float | None = value
+        else:
+            number = _number(str(value), integer=self.integer)
+        in_range = number is not None and math.isfinite(number) and self.low <= number <= self.high
+        if not in_range or (self.above_low and number == self.low):
+            raise UsageError(f"{option}: expected {self.expected()}, got {units.shown(value)}")
+        return number
+
+
+def _plain(bound: float) -> str:
+    """1000000, not 1e+06; 0.5 as it is."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
+def _number(text: str, *, integer: bool) -> float | None:
+    text = text.strip()
+    pattern = (
+        r"[+-]?[0-9]{1,40}" if integer else r"[+-]?(?:[0-9]{1,40}\.?[0-9]{0,40}|\.[0-9]{1,40})(?:[eE][+-]?[0-9]{1,4})?"
+    )
+    if not re.fullmatch(pattern, text):
+        return None
+    return int(text) if integer else float(text)
+
+
+STEPS = Number(2, MAX_STEPS)  # a timed window needs two steps (a median, a spread)
+PROFILED_STEPS = Number(1, MAX_STEPS)
+WARMUP = Number(0, MAX_STEPS)
+MIN_TIME = Number(0, MAX_MIN_TIME_S, integer=False)
+SEQ_LEN = Number(2, MAX_SEQ_LEN)
+SEED = Number(0, MAX_SEED)  # what numpy's and torch's generators take
+GLOBAL_BATCH_TOKENS = Number(1, MAX_GLOBAL_BATCH_TOKENS)
+LIST_LIMIT = Number(1, 1_000_000)
+PORT = Number(1, 65535)
+
 MEMORY_SIZE = _UnitType("size", units.parse_memory_size)
 DURATION = _UnitType("duration", units.parse_duration)
 FRACTION = _UnitType("fraction", units.parse_fraction)
 
 
+def say(text: str, *, err: bool = False) -> None:
+    """Print text of our making for people: its lines as they are, any terminal control in it
+    (from a field a presenter did not escape) escaped (see `errors.printable`)."""
+    click.echo(printable(text, newlines=True), err=err)
+
+
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
+
+
+@contextlib.contextmanager
+def stdout_to_stderr(enabled: bool = True) -> Iterator[None]:
+    """While measuring in this process for --json, whatever the model prints goes to stderr, so
+    stdout holds the JSON alone: Python's prints (sys.stdout), and C code's and DataLoader
+    workers' (file descriptor 1, pointed at stderr's file meanwhile)."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no descriptor 1 or 2 (a daemon): Python's prints are redirected all the same
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _stack(*options: Callable) -> Callable[[Callable], Callable]:
@@ -51,14 +141,12 @@ device_option = click.option(
     "--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda or cuda:N."
 )
 warmup_option = click.option(
-    "--warmup", type=int, default=3, show_default=True, help="Warm-up steps (compile happens here)."
+    "--warmup", type=WARMUP, default=3, show_default=True, help="Warm-up steps (compile happens here)."
 )
-steps_option = click.option(
-    "--steps", type=int, default=20, show_default=True, help="Timed (or profiled) steps, at least."
-)
+steps_option = click.option("--steps", type=STEPS, default=20, show_default=True, help="Timed steps, at least.")
 min_time_option = click.option(
     "--min-time",
-    type=float,
+    type=MIN_TIME,
     default=2.0,
     show_default=True,
     help="Time the steps for at least this many seconds too (more steps on a fast device).",
@@ -71,7 +159,7 @@ memory_limit_option = click.option(
 )
 global_batch_option = click.option(
     "--global-batch-tokens",
-    type=click.IntRange(min=1),
+    type=GLOBAL_BATCH_TOKENS,
     default=None,
     metavar="N",
     help="Tokens (positions, padding included) per optimizer step, reached by gradient accumulation over "
@@ -95,11 +183,11 @@ run_options = _stack(
         show_default=True,
         help="synthetic, or a PATH.bin (uint16 tokens), PATH.txt or PATH.jsonl file.",
     ),
-    click.option("--seq-len", type=int, default=None, help="Context length (default: the model's)."),
+    click.option("--seq-len", type=SEQ_LEN, default=None, help="Context length (default: the model's)."),
     warmup_option,
     steps_option,
     min_time_option,
-    click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights and data."),
+    click.option("--seed", type=SEED, default=0, show_default=True, help="Seed for weights and data."),
 )
 """What to run and on what: every command that runs the model."""
 
@@ -125,8 +213,8 @@ def _click_option(name: str, option: Any, default: Any) -> Callable:
         return click.option(option.flag, name, flag_value=False, default=True, **common)
     types = {
         "text": None,
-        "int": _AtLeast(option.minimum) if option.minimum is not None else int,
-        "float": float,
+        "int": Number(option.minimum, option.maximum),
+        "float": Number(option.minimum, option.maximum, integer=False, above_low=option.above_minimum),
         "size": MEMORY_SIZE,
         "duration": DURATION,
         "fraction": FRACTION,
@@ -143,24 +231,3 @@ def _click_option(name: str, option: Any, default: Any) -> Callable:
         metavar=option.metavar,
         **common,
     )
-
-
-class _AtLeast(click.ParamType):
-    """An integer of at least `minimum`: "Invalid value for '--n-trials': must be at least 1"."""
-
-    name = "integer"
-
-    def __init__(self, minimum: int) -> None:
-        self.minimum = minimum
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool):
-            number = value
-        else:
-            text = str(value).strip()
-            if len(text) > 40 or not text.lstrip("+-").isdigit():
-                self.fail(f"{text[:40]!r} is not an integer", param, ctx)
-            number = int(text)
-        if number < self.minimum:
-            self.fail(f"must be at least {self.minimum}", param, ctx)
-        return number

@@ -13,6 +13,8 @@ from autotune.cli._options import (
     json_option,
     memory_limit_option,
     run_options,
+    say,
+    stdout_to_stderr,
 )
 
 PROBE_TIMEOUT_S = 300.0
@@ -41,7 +43,14 @@ def _run_spec(
         # a second time only to build what this process builds next.
         from autotune.trial.probe import probe
 
-        probe(model, data=data, seq_len=seq_len, timeout_s=PROBE_TIMEOUT_S)
+        on_cpu = resolve_device(device) == "cpu"
+        probe(
+            model,
+            data=data,
+            seq_len=seq_len,
+            timeout_s=PROBE_TIMEOUT_S,
+            host_limit_bytes=memory_limit if on_cpu else None,
+        )
     else:
         check_model_name(model)
     return RunSpec(
@@ -112,9 +121,10 @@ def bench(
     except UnsupportedConfig as exc:  # both numbers are the user's own: a usage error, at once
         raise UsageError(f"--global-batch-tokens: {exc}") from None
     spec = _run_spec(model, device, data, seq_len, warmup, steps, min_time, seed, memory_limit, global_batch_tokens)
-    result = measure(spec, cfg)
+    with stdout_to_stderr(as_json):  # the model's prints: stdout is for the JSON alone
+        result = measure(spec, cfg)
     if as_json:
         emit_json(result.to_dict())
     else:
-        click.echo(format_measurement(result))
+        say(format_measurement(result))
     sys.exit(0 if result.outcome == outcomes.OK else 1)

@@ -11,16 +11,19 @@ from autotune.cli._options import (
     CONTEXT_SETTINGS,
     DURATION,
     FRACTION,
+    PROFILED_STEPS,
     device_option,
     emit_json,
     json_option,
     min_time_option,
+    say,
+    stdout_to_stderr,
     steps_option,
     study_options,
     warmup_option,
 )
-from autotune.device.disk import check_writable, write_text_atomic
-from autotune.errors import UsageError
+from autotune.device.disk import check_output_folder, check_writable, write_text_atomic
+from autotune.errors import UsageError, printable
 
 model_override_options = [
     click.option(
@@ -51,7 +54,7 @@ def load_recipe(path: str, device: str):
     recipe = Recipe.load(path, check_environment=False)
     diffs = recipe.differences_from_here(device)
     if diffs:
-        click.echo("Warning: this recipe was measured elsewhere: " + "; ".join(diffs), err=True)
+        click.echo(printable("Warning: this recipe was measured elsewhere: " + "; ".join(diffs)), err=True)
     return recipe
 
 
@@ -105,16 +108,16 @@ def export(recipe_file, study, storage, output, fmt) -> None:
         check_writable(output, what="output", create_folders=True)
     if fmt == "json" and output:
         path = recipe.save(output)
-        click.echo(f"wrote {path}")
+        click.echo(f"wrote {printable(path)}")
         return
     from autotune.integrations.export import render
 
     text = render(recipe, fmt)
     if output:
         write_text_atomic(output, text, what="output")
-        click.echo(f"wrote {output}")
+        click.echo(f"wrote {printable(output)}")
     else:
-        click.echo(text, nl=not text.endswith("\n"))
+        click.echo(printable(text, newlines=True), nl=not text.endswith("\n"))
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -186,7 +189,7 @@ def verify(
             model=model,
             allow_model_import=allow_model_import,
         )
-        emit_json(result) if as_json else click.echo(format_soak(result, recipe_path))
+        emit_json(result) if as_json else say(format_soak(result, recipe_path))
         sys.exit(0 if result["passed"] else 1)
     tol = tolerance if tolerance is not None else default_tolerance(device)
     recipe = load_recipe(recipe_path, device)
@@ -205,14 +208,14 @@ def verify(
     if as_json:
         emit_json(result)
     else:
-        click.echo(format_verify(result, recipe_path))
+        say(format_verify(result, recipe_path))
     sys.exit(0 if result["passed"] else 1)
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
 @device_option
-@steps_option
+@click.option("--steps", type=PROFILED_STEPS, default=20, show_default=True, help="Profiled steps.")
 @warmup_option
 @click.option("--data", default="synthetic", show_default=True, help="synthetic, or a .bin/.txt/.jsonl file.")
 @click.option("--out", "out_dir", default=None, help="Directory for trace.json (default: profiles/<recipe name>).")
@@ -222,21 +225,32 @@ def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_mode
     """Profile RECIPE's training step: where the time goes (data wait, attention, matmuls,
     elementwise, optimizer) and a Chrome trace for Perfetto or chrome://tracing."""
     from autotune.config import check_runnable_here
-    from autotune.model.load import is_users_code
+    from autotune.measure.profile import TRACE_NAME
     from autotune.present.summaries import format_profile
     from autotune.recipe.profile import profile_recipe
+    from autotune.recipe.verify import check_recipe_runs
 
     device = _resolve(device)
     recipe = load_recipe(recipe_path, device)
     name = recipe.model_to_run(model, allow_import=allow_model_import)
     check_runnable_here(recipe.config, where=f"recipe {recipe_path}: config")
-    if is_users_code(name):  # as bench: profiled in this process, so only a user's code is probed first
-        from autotune.trial.probe import probe
-
-        probe(name, data=data, seq_len=recipe.model.get("seq_len"), timeout_s=DEFAULT_PROBE_TIMEOUT_S)
     out = out_dir or str(Path("profiles") / Path(recipe_path).stem)
-    report = profile_recipe(recipe, device=device, steps=steps, warmup=warmup, out_dir=out, data=data, model_name=name)
+    check_output_folder(out, (TRACE_NAME,), what="--out")  # before anything runs
+    # Its blocks and seq_len against the model, and the data: a user's model is built in a child
+    # first (as bench: it is profiled in this process).
+    check_recipe_runs(
+        recipe,
+        name,
+        data=data,
+        data_from_recipe=False,
+        timeout_s=DEFAULT_PROBE_TIMEOUT_S,
+        host_limit_bytes=None,
+    )
+    with stdout_to_stderr(as_json):  # the model's prints: stdout is for the JSON alone
+        report = profile_recipe(
+            recipe, device=device, steps=steps, warmup=warmup, out_dir=out, data=data, model_name=name
+        )
     if as_json:
         emit_json(report.to_dict())
     else:
-        click.echo(format_profile(report))
+        say(format_profile(report))

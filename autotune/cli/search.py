@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, settings_options
+from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, say, settings_options
+from autotune.errors import printable
 from autotune.search.settings import SearchSettings
 
 
@@ -49,20 +50,20 @@ def search(devices, as_json, **values) -> None:
     except SearchInterrupted as stop:
         reporter.close()
         if not settings.worker:
-            click.echo(search_summary(stop.result), err=True)
+            say(search_summary(stop.result), err=True)
         raise
     finally:
         reporter.close()
     if settings.worker:
         return  # the --devices parent prints the summary of the whole study
     for failure in result.worker_failures:
-        click.echo(f"Error: {failure}", err=True)
+        click.echo(f"Error: {printable(failure)}", err=True)
     if as_json:
         emit_json(summary_json(result))
     else:
-        click.echo(search_summary(result))
+        say(search_summary(result))
     if result.summary.best is None:
-        click.echo(f"Error: {result.summary.no_best_reason}; no recipe written", err=True)
+        click.echo(f"Error: {printable(result.summary.no_best_reason)}; no recipe written", err=True)
         sys.exit(1)
     if result.worker_failures:
         sys.exit(1)

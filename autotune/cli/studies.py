@@ -7,13 +7,14 @@ from pathlib import Path
 
 import click
 
-from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, study_options
+from autotune.cli._options import CONTEXT_SETTINGS, LIST_LIMIT, PORT, emit_json, json_option, say, study_options
+from autotune.errors import printable
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @study_options
 @json_option
-@click.option("--limit", type=int, default=20, show_default=True, help="Trials to list (best first).")
+@click.option("--limit", type=LIST_LIMIT, default=20, show_default=True, help="Trials to list (best first).")
 def show(study, storage, as_json, limit) -> None:
     """Show a stored study: its trials (best first), outcome counts and the best. Without
     --study, list the studies in --storage (or under studies/, where search writes them)."""
@@ -28,14 +29,14 @@ def show(study, storage, as_json, limit) -> None:
             if as_json:
                 emit_json(studies_json(entries))
             else:
-                click.echo(studies_text(entries))
+                say(studies_text(entries))
             return
     loaded = load_study(study, storage)
     summary = summarize(loaded)
     if as_json:
         emit_json(show_json(loaded, summary))
     else:
-        click.echo(show_text(loaded, summary, limit))
+        say(show_text(loaded, summary, limit))
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -59,9 +60,9 @@ def compare(refs, as_json, as_markdown) -> None:
     if as_json:
         emit_json(comparison.to_dict())
     elif as_markdown:
-        click.echo(comparison_markdown(comparison))
+        say(comparison_markdown(comparison))
     else:
-        click.echo(comparison_text(comparison))
+        say(comparison_text(comparison))
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -78,15 +79,13 @@ def report(study, storage, out_dir) -> None:
     shown = redact(storage or default_storage_url(loaded.study_name))
     written = write_report(loaded, out_dir or Path("reports") / loaded.study_name, storage=shown)
     for path in [*written.images.values(), written.markdown]:
-        click.echo(f"wrote {path}")
-    click.echo(f"open {written.html}")
+        click.echo(f"wrote {printable(path)}")
+    click.echo(f"open {printable(written.html)}")
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @study_options
-@click.option(
-    "--port", type=click.IntRange(1, 65535), default=8080, show_default=True, help="Port on 127.0.0.1 (1-65535)."
-)
+@click.option("--port", type=PORT, default=8080, show_default=True, help="Port on 127.0.0.1 (1-65535).")
 def dashboard(study, storage, port) -> None:
     """Browse a study in optuna-dashboard on 127.0.0.1 (until Ctrl-C)."""
     from autotune.errors import UsageError
@@ -97,11 +96,15 @@ def dashboard(study, storage, port) -> None:
     check_port_free(port)
     loaded = load_study(study, storage)
     click.echo(
-        f"optuna-dashboard for study {loaded.study_name}: {dashboard_url(loaded, port)}  (Ctrl-C stops it: exit 130)",
+        f"optuna-dashboard for study {printable(loaded.study_name)}: {dashboard_url(loaded, port)}  "
+        "(Ctrl-C stops it: exit 130)",
         err=True,
     )
+    from autotune.trial.processes import stops_not_swallowed
+
     try:
-        serve_dashboard(loaded, port)
+        with stops_not_swallowed():  # bottle's server swallows Ctrl-C: exit 130 / 143 all the same
+            serve_dashboard(loaded, port)
     except OSError as exc:  # taken between the check and the server's own bind
         raise UsageError(f"--port {port}: cannot serve on 127.0.0.1:{port} ({exc.strerror or exc})") from None
 

@@ -15,7 +15,14 @@ from autotune.device.info import (
     software_versions,
     visible_gpu_count,
 )
-from autotune.device.memory import ProcessTreeMemory, descendants, group_rss_bytes, peak_rss_bytes, total_host_memory
+from autotune.device.memory import (
+    ProcessTreeMemory,
+    descendants,
+    group_rss_bytes,
+    host_memory_cap,
+    peak_rss_bytes,
+    total_host_memory,
+)
 from autotune.device.nvml import (
     GpuSampler,
     compute_process_pids,
@@ -39,6 +46,7 @@ __all__ = [
     "descendants",
     "device_used_bytes",
     "group_rss_bytes",
+    "host_memory_cap",
     "load_nvml",
     "nvml_handle",
     "peak_flops",

@@ -69,11 +69,39 @@ def free_bytes(folder: str | Path) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+def check_output_folder(folder: str | Path, names: tuple[str, ...] | list[str], *, what: str) -> Path:
+    """Refuse (UsageError, one line) a folder that files `names` cannot be written into: it is
+    a file, or one of the names there is a folder or other non-file. A symbolic link is fine:
+    the files are written with `write_*_atomic`, whose rename replaces the link itself and never
+    writes through it to its target. Nothing is created here."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{what} {folder}: is not a folder; give a folder to write into")
+    for name in names:
+        try:
+            info = (folder / name).lstat()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UsageError(f"{what} {folder}: cannot reach {name} there ({_why(exc)})") from None
+        if stat.S_ISDIR(info.st_mode):
+            raise UsageError(f"{what} {folder}: {name} there is a folder; remove it or give another folder")
+        if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+            raise UsageError(f"{what} {folder}: {name} there is not a regular file; give another folder")
+    return folder
+
+
 def write_text_atomic(path: str | Path, text: str, *, what: str) -> Path:
     """Write `text` to `path` through a temporary file in the same folder and a rename: a
     reader sees the old file or the new one, never half of one. On any failure (a full disk,
     a read-only folder, a signal) the temporary file is removed and the old file is kept;
-    the error is one line (AutotuneError, exit 1). Creates missing folders."""
+    the error is one line (AutotuneError, exit 1). Creates missing folders. A symbolic link at
+    `path` is replaced, never written through."""
+    return write_bytes_atomic(path, text.encode("utf-8"), what=what)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, *, what: str) -> Path:
+    """`write_text_atomic` for bytes (a PNG)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,8 +110,8 @@ def write_text_atomic(path: str | Path, text: str, *, what: str) -> Path:
     # A name of its own per process: workers of one study may write the same file at once.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

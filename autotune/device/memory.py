@@ -17,6 +17,7 @@ import resource
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -63,6 +64,35 @@ def group_rss_bytes(pgid: int) -> int:
 
 def total_host_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def host_memory_cap() -> int:
+    """The most host memory this process's tree may have: the machine's RAM, or less where a
+    cgroup (a container, a systemd or Slurm job) limits it (v2 memory.max, v1 limit_in_bytes)."""
+    cap = total_host_memory()
+    for path in _cgroup_limit_files():
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            cap = min(cap, int(text))
+    return cap
+
+
+def _cgroup_limit_files() -> list[str]:
+    files = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return files
+    for line in lines:
+        _, controllers, where = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        if controllers == "" and where:
+            files.append(f"/sys/fs/cgroup{where.rstrip('/')}/memory.max")
+        elif "memory" in controllers.split(","):
+            files.append(f"/sys/fs/cgroup/memory{where.rstrip('/')}/memory.limit_in_bytes")
+    return files
 
 
 # --- processes ---------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from autotune.config import IGNORE_INDEX, RunSpec, TrainConfig, check_int
 from autotune.device import describe, resolve_device
+from autotune.device.disk import check_output_folder
 from autotune.errors import UsageError
 from autotune.knobs.precision import fp32_precision
 from autotune.knobs.support import DeviceCapabilities, check_supported
@@ -149,7 +150,7 @@ def profile_config(
         seed=seed,
         global_batch_tokens=global_batch_tokens,
     )
-    out = Path(out_dir)
+    out = check_output_folder(out_dir, (TRACE_NAME,), what="--out")
     out.mkdir(parents=True, exist_ok=True)
     with fp32_precision(cfg.amp_dtype), CompileEvents() as events:
         torch.manual_seed(seed)

@@ -25,6 +25,7 @@ from autotune.present.text import (
     format_ratio,
     markdown_table,
     memory_text,
+    printable,
     rate_with_interval,
     table,
     value_text,
@@ -295,9 +296,10 @@ def cross_lines(comp: Comparison) -> list[str]:
 
 def comparison_text(comp: Comparison) -> str:
     headers, rows = comparison_rows(comp)
-    out = [table(headers, rows), "", _differ_note(comp)] + [f"note: {n}" for n in comp.notes]
+    out = [table(headers, rows), "", _differ_note(comp)] + [f"note: {printable(n)}" for n in comp.notes]
     if len(comp.views) > 1:
-        out += ["", "each best configuration in the other studies:"] + [f"  {line}" for line in cross_lines(comp)]
+        lines = [f"  {printable(line)}" for line in cross_lines(comp)]
+        out += ["", "each best configuration in the other studies:"] + lines
     return "\n".join(out)
 
 
@@ -305,9 +307,10 @@ def comparison_markdown(comp: Comparison) -> str:
     headers, rows = comparison_rows(comp)
     rows = [[(f"**{r[0].strip()[2:]}** \\*" if r[0].startswith("* ") else r[0].strip()), *r[1:]] for r in rows]
     out = [markdown_table(headers, rows), "", _differ_note(comp).replace("* ", "\\* ", 1)]
-    out += [f"\n**Note:** {n}" for n in comp.notes]
+    out += [f"\n**Note:** {printable(n)}" for n in comp.notes]
     if len(comp.views) > 1:
-        out += ["", "Each best configuration in the other studies:", ""] + [f"- {line}" for line in cross_lines(comp)]
+        lines = [f"- {printable(line)}" for line in cross_lines(comp)]
+        out += ["", "Each best configuration in the other studies:", ""] + lines
     return "\n".join(out) + "\n"
 
 

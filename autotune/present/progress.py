@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable
 
 from autotune.present.summaries import trial_line
-from autotune.present.text import config_summary, flag_unstable, format_rate
+from autotune.present.text import config_summary, flag_unstable, format_rate, printable
 
 
 def format_duration(seconds: float) -> str:
@@ -188,7 +188,7 @@ class TerminalProgress:
             return
         with self._lock:
             width = shutil.get_terminal_size((120, 20)).columns - 1
-            sys.stderr.write("\r\x1b[K" + self.progress.status_line()[:width])
+            sys.stderr.write("\r\x1b[K" + printable(self.progress.status_line())[:width])
             sys.stderr.flush()
             self._shown = True
 
@@ -199,6 +199,6 @@ class TerminalProgress:
         with self._lock:
             if self.tty:
                 sys.stderr.write("\r\x1b[K")
-            sys.stderr.write(line + "\n")
+            sys.stderr.write(printable(line) + "\n")
             sys.stderr.flush()
         self._draw()

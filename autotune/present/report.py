@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any, Sequence
 import optuna
 
 from autotune.config import normalize_config_dict
+from autotune.device.disk import check_output_folder, write_bytes_atomic, write_text_atomic
 from autotune.errors import AutotuneError, UsageError
 from autotune.measure import outcomes
 from autotune.present.importance import Importance, knob_importance
@@ -58,6 +60,8 @@ CAPTIONS = {
     "(points jittered sideways; boxes where a value has three or more trials). Reference trials are "
     "left out: they change several knobs at once.",
 }
+# Every file a report writes (checked before anything is drawn: none may be a folder).
+REPORT_FILES = (*(f"{name}.png" for name in CAPTIONS), "index.html", "report.md")
 COLORS = {"ok": "#1f77b4", "best": "#ff7f0e", "baseline": "#2ca02c", "checklist": "#9467bd", "bad": "#d62728"}
 
 
@@ -621,7 +625,7 @@ def write_report(study: optuna.Study, out_dir: str | Path, storage: str | None =
     """Draw the figures and write index.html and report.md into `out_dir`. `storage` is
     shown as given: pass it redacted."""
     require_matplotlib()
-    out = Path(out_dir)
+    out = check_output_folder(out_dir, REPORT_FILES, what="--out")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -636,13 +640,13 @@ def write_report(study: optuna.Study, out_dir: str | Path, storage: str | None =
     }
     images: dict[str, Path] = {}
     for name, fig in figures.items():
-        path = out / f"{name}.png"
-        fig.savefig(path, dpi=DPI, facecolor="white")
-        images[name] = path
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=DPI, facecolor="white")
+        images[name] = write_bytes_atomic(out / f"{name}.png", png.getvalue(), what="report")
     created = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     sections = report_sections(study, summary, importance)
-    html_path = out / "index.html"
-    html_path.write_text(render_html(study, sections, images, storage, created), encoding="utf-8")
-    md_path = out / "report.md"
-    md_path.write_text(render_markdown(study, sections, images, storage, created), encoding="utf-8")
+    html = render_html(study, sections, images, storage, created)
+    html_path = write_text_atomic(out / "index.html", html, what="report")
+    md = render_markdown(study, sections, images, storage, created)
+    md_path = write_text_atomic(out / "report.md", md, what="report")
     return Report(out, images, html_path, md_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.errors import printable
 from autotune.units import format_bytes
 
 
@@ -15,7 +16,7 @@ def _bytes(value: int | float | None) -> str:
 def format_soak(result: dict[str, Any], recipe_path: str) -> str:
     steps, epoch = result.get("steps") or 0, result.get("epoch_steps")
     shapes = f"{result.get('shapes_seen', 0)} of {result.get('shapes_total') or '?'} batch shapes"
-    lines = [f"soak of {recipe_path}: {steps} steps (an epoch is {epoch} batches), {shapes}"]
+    lines = [f"soak of {printable(recipe_path)}: {steps} steps (an epoch is {epoch} batches), {shapes}"]
     windows = result.get("windows") or []
     if windows:
         lines.append(f"  {'steps':>8}  {'tokens/s':>12}  {'peak memory':>12}")
@@ -38,5 +39,5 @@ def format_soak(result: dict[str, Any], recipe_path: str) -> str:
         )
     else:
         lines.append("the recipe records no memory limit: growth reported, not judged")
-    lines.append("PASS" if result.get("passed") else f"FAIL: {result.get('reason')}")
+    lines.append("PASS" if result.get("passed") else f"FAIL: {printable(result.get('reason'))}")
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from autotune.present.text import (
     format_pct,
     format_rate,
     format_ratio,
+    printable,
     rate_with_interval,
     table,
 )
@@ -120,7 +121,7 @@ def trial_line(trial: TrialRecord) -> str:
     knobs = config_summary(trial.config) if trial.config else ""
     reason = ""
     if trial.outcome is not outcomes.OK and trial.reason:
-        reason = f"  -- {trial.reason.splitlines()[0][:120]}"
+        reason = f"  -- {printable(trial.reason.splitlines()[0][:120])}"
     return (
         f"#{trial.number:<3} {outcome:<17} {figure_text(trial):>12} tok/s  "
         f"peak {format_bytes(trial.peak_memory_bytes):>10}  {knobs}{tag}{dup}{_unstable_note(trial)}{reason}"
@@ -166,7 +167,7 @@ def _leader_rows(summary) -> list[tuple[str, str]]:
 def search_summary(result) -> str:
     summary = result.summary
     lines = [
-        f"study {summary.name}: {len(summary.trials)} trials ({counts_text(summary.counts)}); "
+        f"study {printable(summary.name)}: {len(summary.trials)} trials ({counts_text(summary.counts)}); "
         f"memory limit {format_bytes(result.context.memory_limit_bytes)}"
     ]
     for name, ref in (("baseline", summary.baseline), ("checklist", summary.checklist)):
@@ -195,12 +196,12 @@ def search_summary(result) -> str:
     else:
         lines.append(summary.no_best_reason)
     lines.append("")
-    show = f"autotune show --study {summary.name}"
+    show = f"autotune show --study {printable(summary.name)}"
     if result.storage_url != default_storage_url(summary.name):
         show += " --storage URL"
-    lines.append(f"storage: {redact(result.storage_url)}  (the same command resumes it; {show})")
+    lines.append(f"storage: {printable(redact(result.storage_url))}  (the same command resumes it; {show})")
     if result.recipe_path:
-        lines.append(f"recipe: {result.recipe_path}")
+        lines.append(f"recipe: {printable(result.recipe_path)}")
     return "\n".join(lines)
 
 
@@ -269,7 +270,8 @@ def _ranked(summary) -> list[TrialRecord]:
 def show_text(study, summary, limit: int) -> str:
     hw = study.user_attrs.get("hardware", {})
     lines = [
-        f"study {study.study_name}: model {study.user_attrs.get('model')} on {hw.get('name', '?')}, "
+        f"study {printable(study.study_name)}: model {printable(study.user_attrs.get('model'))} on "
+        f"{printable(hw.get('name', '?'))}, "
         f"memory limit {format_bytes(study.user_attrs.get('memory_limit_bytes'))}",
         f"trials: {len(summary.trials)} ({counts_text(summary.counts)})",
         "",
@@ -322,9 +324,14 @@ def format_verify(result: dict[str, Any], path: str) -> str:
         rows.append(("memory limit", format_bytes(rec["memory_limit_bytes"]), "", ""))
     verdict = "PASS" if result["passed"] else "FAIL"
     tol = f"{100 * result['tolerance']:g}%"
-    lines = [f"verify {path}: outcome {result['outcome']}", table(("", "recorded", "measured", "ratio"), rows), ""]
+    lines = [
+        f"verify {printable(path)}: outcome {result['outcome']}",
+        table(("", "recorded", "measured", "ratio"), rows),
+        "",
+    ]
     lines.append(
-        f"{verdict}" + (f" ({result['reason']})" if result["reason"] else f" (within {tol} of the recorded tokens/s)")
+        f"{verdict}"
+        + (f" ({printable(result['reason'])})" if result["reason"] else f" (within {tol} of the recorded tokens/s)")
     )
     return "\n".join(lines)
 
@@ -334,7 +341,7 @@ def format_profile(report) -> str:
 
     per_step = 1000 / report.steps
     head = (
-        f"{report.model} on {report.device_name}: {report.steps} steps profiled, "
+        f"{printable(report.model)} on {printable(report.device_name)}: {report.steps} steps profiled, "
         f"{1000 * report.step_time_s:.1f} ms a step ({report.time_basis})"
     )
     rows = [
@@ -368,7 +375,7 @@ def format_profile(report) -> str:
             f"top operators by {report.time_basis}:",
             table(("operator", "category", "ms/step", "calls/step", "share"), ops),
             "",
-            f"trace: {report.trace_path}  (open in https://ui.perfetto.dev or chrome://tracing)",
+            f"trace: {printable(report.trace_path)}  (open in https://ui.perfetto.dev or chrome://tracing)",
         ]
     )
 
@@ -383,6 +390,7 @@ def studies_text(entries) -> str:
     ]
     hint = entries[0]
     command = f"autotune show --study {hint.name}" + ("" if hint.default_storage else f" --storage {hint.storage}")
+    command = printable(command)
     return "\n".join(
         [
             f"{len(entries)} stud{'y' if len(entries) == 1 else 'ies'} found:",

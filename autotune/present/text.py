@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from autotune.errors import printable
 from autotune.units import format_bytes
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "flag_unstable",
     "markdown_table",
     "memory_text",
+    "printable",
     "table",
     "value_text",
 ]
@@ -113,7 +115,8 @@ def config_summary(config: Mapping[str, Any]) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain aligned text table."""
-    cells = [[str(h) for h in headers]] + [[("" if c is None else str(c)) for c in row] for row in rows]
+    # Escaped: a cell may hold a study's name, a path or a reason (see `printable`).
+    cells = [[printable(h) for h in headers]] + [[("" if c is None else printable(c)) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     out = []
     for n, row in enumerate(cells):
@@ -125,7 +128,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     def cell(value: Any) -> str:
-        return str("" if value is None else value).replace("|", "\\|").replace("\n", " ")
+        return printable(str("" if value is None else value).replace("\n", " ")).replace("|", "\\|")
 
     lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]

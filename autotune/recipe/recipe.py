@@ -1,6 +1,7 @@
 """The recipe: the best configuration a study found, in a versioned file the user takes home.
 
-Format `autotune.recipe` version 1 (JSON; YAML is accepted on load, safe loader only):
+Format `autotune.recipe` version 1 (JSON, read as strict JSON; a .yaml or .yml file is read as
+YAML, safe loader only):
 
     format, version            "autotune.recipe", 1
     config                     every knob (TrainConfig), checkpoint_layers as explicit indices
@@ -53,17 +54,19 @@ import json
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 import yaml
 
 from autotune.config import (
     MAX_GLOBAL_BATCH_TOKENS,
     MAX_TOKEN_BUDGET,
+    JsonProblem,
     TrainConfig,
     accumulation_steps,
     check_int,
     is_finite_number,
+    load_json,
     load_yaml,
     read_config_file,
     yaml_problem,
@@ -82,6 +85,7 @@ if TYPE_CHECKING:  # torch is imported by the methods that need it, not by `impo
 
 FORMAT = "autotune.recipe"
 FORMAT_VERSION = 1
+YAML_SUFFIXES = (".yaml", ".yml")  # read as YAML; every other recipe file as JSON
 _KEYS = {
     "format",
     "version",
@@ -112,6 +116,8 @@ class Recipe:
     # Positions per optimizer step (padding included), reached by accumulating token_budget
     # micro-batches; None: one micro-batch per optimizer step. Written as the `batch` section.
     global_batch_tokens: int | None = None
+    # The file it was read from (`load`), for messages; not a field: never written, never compared.
+    source: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         if self.global_batch_tokens is not None:
@@ -152,6 +158,7 @@ class Recipe:
         data["config"] = self.config.to_dict()
         del data["global_batch_tokens"]
         data["batch"] = self.batch_section()  # last: the sections before it keep their places
+        data["study"] = _redacted(data["study"])  # never a password in a file or an export
         # Through JSON: plain types only (torch.__version__ is a str subclass that
         # yaml.safe_dump refuses; tuples become lists), whatever the fields were built from.
         return json.loads(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, **data}))
@@ -166,12 +173,19 @@ class Recipe:
         path = Path(path)
         text = read_config_file(path, what=f"recipe {path}")
         try:
-            # A safe loader (it parses JSON too): !!python/object and every other tag that would
-            # construct objects is refused, and so are anchors, aliases and duplicate keys.
-            raw = load_yaml(text)
+            if path.suffix.lower() in YAML_SUFFIXES:
+                # A safe loader: !!python/object and every other tag that would construct objects
+                # is refused, and so are anchors, aliases and duplicate keys.
+                raw = load_yaml(text)
+            else:
+                # JSON as JSON: YAML 1.1 reads 1e-05 (how json.dumps writes 0.00001) as text.
+                raw = load_json(text)
         except yaml.YAMLError as exc:
             raise UsageError(f"recipe {path}: not a valid recipe file ({yaml_problem(exc)})") from None
+        except JsonProblem as exc:
+            raise UsageError(f"recipe {path}: not a valid recipe file (JSON: {exc})") from None
         recipe = cls.from_dict(raw, where=f"recipe {path}")
+        recipe.source = str(path)
         if check_environment:
             recipe.warn_if_elsewhere()
         return recipe
@@ -181,7 +195,7 @@ class Recipe:
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             raise UsageError(f"{where}: not an autotune recipe (expected format: {FORMAT})")
         version = raw.get("version")
-        if not isinstance(version, int) or version < 1:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise UsageError(f"{where}: version must be a positive integer, got {version!r}")
         if version > FORMAT_VERSION:
             raise UsageError(
@@ -207,7 +221,7 @@ class Recipe:
         _check_memory_limit(measured, where=f"{where}: measured")
         speedups = raw.get("reference_speedups", {})
         _check_fields(speedups, {name: _number for name in speedups}, where=f"{where}: reference_speedups")
-        study = raw.get("study", {})
+        study = _redacted(raw.get("study", {}))  # a hand-made recipe may hold a password
         _check_fields(study, _STUDY_FIELDS, where=f"{where}: study")
         global_batch = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
         return cls(
@@ -461,6 +475,15 @@ _EXPECTED = {
     _numbers: "a list of numbers",
     _interval: "[low, high] or null",
 }
+
+
+def _redacted(study: Any) -> Any:
+    """The study section with its storage URL's password hidden (as `study.urls.redact` shows it)."""
+    if not isinstance(study, Mapping) or not isinstance(study.get("storage"), str):
+        return study
+    from autotune.study.urls import redact
+
+    return {**study, "storage": redact(study["storage"])}
 
 
 def _check_fields(section: Mapping[str, Any], fields: Mapping[str, Callable[[Any], bool]], *, where: str) -> None:

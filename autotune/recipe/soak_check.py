@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotune.config import MAX_STEPS, check_int
 from autotune.device import describe
 from autotune.measure import outcomes
 from autotune.measure.outcomes import DEFAULT_MEMORY_HEADROOM
@@ -44,6 +45,8 @@ def soak_recipe(
     allow_model_import: bool = False,
 ) -> dict[str, Any]:
     """Run the recipe's configuration here for `steps` steps (None: one epoch) and judge it."""
+    if steps is not None:
+        check_int("steps", steps, minimum=2, maximum=MAX_STEPS)
     spec = recipe_run_spec(
         recipe,
         device=device,

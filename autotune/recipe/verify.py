@@ -42,21 +42,22 @@ def recipe_run_spec(
     """The run of `recipe` here, checked before anything runs: the model (a user's factory
     or config directory is built in a child process first, under the timeout), the data, the
     workers this machine can start; the recipe's memory limit and global batch."""
-    from autotune.model.load import check_model_name, is_users_code
-
     limit = recipe.measured.get("memory_limit_bytes")
     name = recipe.model_to_run(model, allow_import=allow_model_import)
     check_runnable_here(recipe.config, where="the recipe's config")
+    recipes_data = not data
     data = data or recipe.data or "synthetic"
-    if data != "synthetic" and not Path(data).is_file():
+    if recipes_data and data != "synthetic" and not Path(data).exists():
         raise UsageError(f"the recipe was measured on {data}, which is not here; give --data PATH (or synthetic)")
     seq_len = recipe.model.get("seq_len")
-    if is_users_code(name):  # a user's factory or config: built in a child first, its failures one line
-        from autotune.trial.probe import probe
-
-        probe(name, data=data, seq_len=seq_len if isinstance(seq_len, int) else None, timeout_s=timeout_s)
-    else:
-        check_model_name(name)
+    check_recipe_runs(
+        recipe,
+        name,
+        data=data,
+        data_from_recipe=recipes_data,
+        timeout_s=timeout_s,
+        host_limit_bytes=limit if isinstance(limit, int) and device == "cpu" else None,
+    )
     return RunSpec(
         model=name,
         device=device,
@@ -68,6 +69,59 @@ def recipe_run_spec(
         memory_limit_bytes=limit if isinstance(limit, int) else None,
         global_batch_tokens=recipe.global_batch_tokens,  # measured accumulating: verified so
     )
+
+
+def check_recipe_runs(
+    recipe: Recipe,
+    name: str,
+    *,
+    data: str,
+    data_from_recipe: bool,
+    timeout_s: float,
+    host_limit_bytes: int | None = None,
+) -> None:
+    """What a recipe asks of the model `name` and of its data, checked before any run starts
+    (UsageError naming the recipe, exit 2): its checkpointed blocks exist in the model, its
+    seq_len fits the model's context, its data is synthetic or a data file. Fields that load
+    but cannot run would otherwise start a trial and fail it. The model's depth and context are
+    autotune's own tables for its models; a user's factory or config directory is built in a
+    child process first (`trial.probe`, under the timeout and a memory watchdog), which also
+    reads the data. A built-in Hugging Face model is checked by its run."""
+    from autotune.model.load import check_model_name, is_users_code
+    from autotune.model.sizes import MODEL_SIZES
+
+    where = f"recipe {recipe.source}" if recipe.source else "the recipe"
+    seq_len = recipe.model.get("seq_len")
+    if seq_len is not None and seq_len < 2:
+        raise UsageError(f"{where}: model.seq_len: must be at least 2, got {seq_len}")
+    if data != "synthetic":
+        from autotune.data.datasets import check_data_spec
+
+        try:
+            check_data_spec(data)
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc}" if data_from_recipe else str(exc)) from None
+    shape: tuple[int, int] | None = None
+    if name in MODEL_SIZES:
+        shape = MODEL_SIZES[name].n_layer, MODEL_SIZES[name].block_size
+    elif is_users_code(name):  # a user's factory or config: built in a child first, its failures one line
+        from autotune.trial.probe import probe
+
+        probed = probe(name, data=data, seq_len=None, timeout_s=timeout_s, host_limit_bytes=host_limit_bytes)
+        shape = probed.n_layer, probed.context_length
+    else:
+        check_model_name(name)
+    if shape is None:
+        return
+    n_layer, context = shape
+    if seq_len is not None and seq_len > context:
+        raise UsageError(f"{where}: model.seq_len: {seq_len} is longer than {name}'s context of {context} tokens")
+    beyond = [b for b in recipe.config.checkpoint_layers if b >= n_layer]
+    if beyond:
+        raise UsageError(
+            f"{where}: config.checkpoint_layers: block {beyond[0]} does not exist, {name} has {n_layer} blocks "
+            f"(0 to {n_layer - 1})"
+        )
 
 
 def verify_recipe(

@@ -29,13 +29,14 @@ import time
 from dataclasses import dataclass, replace
 from typing import IO, Sequence
 
+from autotune import environment
 from autotune.errors import UsageError
 from autotune.search.settings import worker_argv
 from autotune.trial.processes import death_signal_setter, stop_signals_recorded
 
 log = logging.getLogger(__name__)
 
-STORAGE_ENV = "AUTOTUNE_STORAGE"
+STORAGE_ENV = environment.STORAGE
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     device = describe(device_name)
     objective = _objective(settings.objective, device)
     timeout = _trial_timeout(settings, device.kind)
+    limit = memory_limit(settings, device)
     if settings.seq_len is not None:
         check_int("--seq-len", settings.seq_len, minimum=2)
     if settings.model in MODEL_SIZES:
@@ -155,7 +156,13 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         # trial timeout, so its failures are one line here and never a study locked to them.
         from autotune.trial.probe import probe
 
-        probed = probe(settings.model, data=settings.data, seq_len=settings.seq_len, timeout_s=timeout)
+        probed = probe(
+            settings.model,
+            data=settings.data,
+            seq_len=settings.seq_len,
+            timeout_s=timeout,
+            host_limit_bytes=limit if device.kind == "cpu" else None,
+        )
         seq_len, n_layer = probed.context_length, probed.n_layer
         dims = ModelDims(probed.n_layer, probed.d_model, probed.vocab_size) if probed.d_model else None
     space_path = settings.space or default_space_path(device.kind)
@@ -169,7 +176,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         steps=settings.steps,
         min_time_s=settings.min_time_s,
         seed=settings.seed,
-        memory_limit_bytes=memory_limit(settings, device),
+        memory_limit_bytes=limit,
         global_batch_tokens=settings.global_batch_tokens,
     )
     _check_global_batch(space, spec.global_batch_tokens)

@@ -14,23 +14,30 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from autotune import environment
+from autotune.config import MAX_GLOBAL_BATCH_TOKENS, MAX_MIN_TIME_S, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS
+
 PASS, PARENT, NEVER = "pass", "parent", "never"
 DEFAULT_TRIAL_CAP = 60  # trials, when --n-trials is not given and the search has not settled
+MAX_TRIALS = 1_000_000  # --n-trials: far more than any study runs; beyond it a typo
 # What an option's value is, for the command line: click's type there, and how a worker's argv spells it.
 KINDS = ("text", "int", "float", "size", "duration", "fraction", "choice", "flag", "off")
 
 
 @dataclass(frozen=True)
 class Option:
-    """A setting's command-line option. kind: text, int (at least `minimum`), float, size (bytes:
-    60GiB), duration (seconds: 10m), fraction (5% or 0.05), choice (one of `choices`), flag (off
-    by default, on when given), off (on by default; the flag turns it off)."""
+    """A setting's command-line option. kind: text, int or float (from `minimum` to `maximum`;
+    above `minimum` when `above_minimum`), size (bytes: 60GiB), duration (seconds: 10m),
+    fraction (5% or 0.05), choice (one of `choices`), flag (off by default, on when given), off
+    (on by default; the flag turns it off)."""
 
     flag: str
     help: str
     kind: str = "text"
     choices: tuple[str, ...] = ()
-    minimum: int | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    above_minimum: bool = False
     envvar: str | None = None
     metavar: str | None = None
     show_default: bool = False
@@ -40,6 +47,8 @@ class Option:
     def __post_init__(self) -> None:
         if self.kind not in KINDS or self.worker not in (PASS, PARENT, NEVER):
             raise ValueError(f"option {self.flag}: kind {self.kind!r}, worker {self.worker!r}")
+        if self.kind in ("int", "float") and (self.minimum is None or self.maximum is None):
+            raise ValueError(f"option {self.flag}: a number needs its range (minimum and maximum)")
 
     def argv(self, value: Any) -> list[str]:
         """How a worker's command line gives `value` (nothing for a flag left at its default)."""
@@ -77,21 +86,40 @@ class SearchSettings:
         "synthetic",
         Option("--data", "synthetic, or a PATH.bin (uint16 tokens), PATH.txt or PATH.jsonl file.", show_default=True),
     )
-    seq_len: int | None = setting(None, Option("--seq-len", "Context length (default: the model's).", "int", minimum=2))
-    warmup: int = setting(
-        3, Option("--warmup", "Warm-up steps (compile happens here).", "int", minimum=0, show_default=True)
+    seq_len: int | None = setting(
+        None, Option("--seq-len", "Context length (default: the model's).", "int", minimum=2, maximum=MAX_SEQ_LEN)
     )
-    steps: int = setting(20, Option("--steps", "Timed steps, at least.", "int", minimum=2, show_default=True))
+    warmup: int = setting(
+        3,
+        Option(
+            "--warmup",
+            "Warm-up steps (compile happens here).",
+            "int",
+            minimum=0,
+            maximum=MAX_STEPS,
+            show_default=True,
+        ),
+    )
+    steps: int = setting(
+        20, Option("--steps", "Timed steps, at least.", "int", minimum=2, maximum=MAX_STEPS, show_default=True)
+    )
     min_time_s: float = setting(
         2.0,
         Option(
             "--min-time",
             "Time the steps for at least this many seconds too (more steps on a fast device).",
             "float",
+            minimum=0,
+            maximum=MAX_MIN_TIME_S,
             show_default=True,
         ),
     )
-    seed: int = setting(0, Option("--seed", "Seed for weights, data and the sampler.", "int", show_default=True))
+    seed: int = setting(
+        0,
+        Option(
+            "--seed", "Seed for weights, data and the sampler.", "int", minimum=0, maximum=MAX_SEED, show_default=True
+        ),
+    )
     study: str | None = setting(
         None,
         Option("--study", "Study name (default: <model>-<device slug>, e.g. gpt2-nvidia-h200).", worker=PARENT),
@@ -102,7 +130,7 @@ class SearchSettings:
             "--storage",
             "Optuna storage URL (default: sqlite:///studies/<study>.db); journal:PATH for one host, many workers; "
             "postgresql://... for many hosts (the environment variable keeps a password off the command line).",
-            envvar="AUTOTUNE_STORAGE",
+            envvar=environment.STORAGE,
             worker=PARENT,  # in the worker's environment, never its argv (a password would show in ps)
         ),
     )
@@ -127,6 +155,7 @@ class SearchSettings:
             "counts every micro-step.",
             "int",
             minimum=1,
+            maximum=MAX_GLOBAL_BATCH_TOKENS,
             metavar="N",
         ),
     )
@@ -136,6 +165,9 @@ class SearchSettings:
             "--memory-fraction",
             "Limit as a fraction of the device's total memory (default 0.9).",
             "float",
+            minimum=0,
+            maximum=1,
+            above_minimum=True,
             worker=PARENT,
         ),
     )
@@ -158,6 +190,7 @@ class SearchSettings:
             f"{DEFAULT_TRIAL_CAP} trials).",
             "int",
             minimum=1,
+            maximum=MAX_TRIALS,
             worker=PARENT,
         ),
     )

@@ -29,7 +29,8 @@ def recover_journal(path: Path, *, writable: bool = True) -> str | None:
     the file (an older autotune appended after a torn record, gluing the two) is split: the
     whole record that ends the line is kept, the torn bytes before it go to the backup. A line
     that is neither is not guessed at: UsageError, the file untouched. `writable=False`
-    (reading a study): nothing is changed; a torn tail, which Optuna skips, is only reported."""
+    (reading a study): nothing is changed; a torn tail, which Optuna skips, is only reported.
+    A file that holds no whole record at all is not a journal: UsageError, the file untouched."""
     if not path.is_file():
         return None
     with open(path, "rb") as f:
@@ -37,6 +38,14 @@ def recover_journal(path: Path, *, writable: bool = True) -> str | None:
     if not data:
         return None
     lines = data.split(b"\n")
+    if not any(_whole_record(line) or _record_ending(line) is not None for line in lines):
+        # Not a journal with a torn tail but some other file (a config.json given by mistake):
+        # setting its content aside would destroy it. A journal whose only record was torn has
+        # nothing to lose either, and moving it away is the user's call.
+        raise UsageError(
+            f"storage journal:{path}: is not a journal file (it holds no whole journal record); "
+            "give a new or an existing journal's path (nothing was changed)"
+        )
     tail = lines.pop()  # b"" when the file ends with a newline
     kept: list[bytes] = []
     torn: list[bytes] = []

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import os
 import random
 import time
 import warnings
@@ -27,6 +26,7 @@ import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
 
+from autotune import environment
 from autotune.device.disk import check_writable
 from autotune.errors import UsageError
 from autotune.study.journal import recover_journal
@@ -44,7 +44,7 @@ from autotune.study.urls import (
 log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 30
-HEARTBEAT_ENV = "AUTOTUNE_HEARTBEAT_S"
+HEARTBEAT_ENV = environment.HEARTBEAT_S
 # A heartbeat comes from a thread of the tuner, not from the trial, so the grace period does
 # not depend on the trial's length: a few missed beats (a busy database, a slow host) are
 # tolerated, a dead worker is not.
@@ -58,16 +58,7 @@ RETRY_KEEPS = ("reference", "warm_start_from", "warm_start_trial")
 def heartbeat_interval_s() -> int:
     """Seconds between a worker's heartbeats: AUTOTUNE_HEARTBEAT_S, default 30. Shorter
     means a killed worker's trial is retried sooner, at the cost of more database writes."""
-    raw = os.environ.get(HEARTBEAT_ENV)
-    if raw is None or raw.strip() == "":
-        return HEARTBEAT_INTERVAL_S
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise UsageError(f"{HEARTBEAT_ENV}: expected a whole number of seconds >= 1, got {raw!r}")
-    return value
+    return environment.value(HEARTBEAT_ENV)
 
 
 def default_grace_period_s() -> int:

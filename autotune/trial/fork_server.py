@@ -38,8 +38,10 @@ import threading
 import types
 from typing import Any, Iterator, Sequence
 
-TOKEN_ENV = "AUTOTUNE_TRIAL_TOKEN"
-START_ENV = "AUTOTUNE_TRIAL_START"  # fork (default) | exec
+from autotune import environment
+
+TOKEN_ENV = environment.TRIAL_TOKEN
+START_ENV = environment.TRIAL_START  # fork (default) | exec
 PRELOAD = ["torch", "torch._dynamo", "autotune.measure.loop"]  # what every trial imports; never CUDA initialization
 # What a trial of a Hugging Face model imports besides: ~10 s of CPU per process on a small
 # machine (more than torch), paid once in the server instead of in the probe and every trial.
@@ -58,7 +60,7 @@ def fork_enabled() -> bool:
     """Fork trials, unless asked not to, the platform has no fork server, it failed to start
     in this tuner, or the temp dir is too deep for its socket (a fresh interpreter then)."""
     return (
-        os.environ.get(START_ENV, "fork") != "exec"
+        environment.value(START_ENV) != "exec"
         and not _failed
         and "forkserver" in multiprocessing.get_all_start_methods()
         and len(tempfile.gettempdir()) <= MAX_SOCKET_DIR

@@ -185,6 +185,31 @@ def stop_signals_recorded() -> Iterator[list[int]]:
 
 
 @contextlib.contextmanager
+def stops_not_swallowed() -> Iterator[None]:
+    """Within the block a stop signal raises as usual (KeyboardInterrupt, or `Stopped`) and is
+    remembered: if code inside swallows it and returns (bottle's server, which optuna-dashboard
+    runs, catches KeyboardInterrupt and returns normally), it is raised again after the block,
+    so the command still ends with 128 + the signal. Outside the main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise stop_exception(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        raise stop_exception(received[0])
+
+
+@contextlib.contextmanager
 def stops_deferred() -> Iterator[None]:
     """Hold a stop signal that arrives inside the block until the block is done, then raise it:
     what the block writes (a study and its set-up, a trial's clean-up) is never left half

@@ -152,3 +152,13 @@ def test_bad_input_exit_2(args, message):
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(message)
     assert result.stderr.count("\n") == 1  # one line, no traceback
+
+
+@pytest.mark.process
+def test_bench_json_stdout_stays_json_when_the_model_prints():
+    """A model printing to stdout (print, or C code writing to fd 1) made `bench --json` invalid JSON."""
+    args = ("--model", "tests.fault_models:chatty", *FAST, "--set", "token_budget=1024", "--json")
+    proc = run_autotune("bench", *args, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outcome"] == "ok"
+    assert "chatty: built" in proc.stderr and "chatty: a step" in proc.stderr and "chatty: from C" in proc.stderr

@@ -153,10 +153,10 @@ BAD_INPUT = [
         "expected choices, high, log, low, step, when",
     ),
     (["--space", "nowhere.yaml"], "Error: search space nowhere.yaml: cannot read it (No such file or directory)"),
-    (["--n-trials", "0"], "Error: Invalid value for '--n-trials': must be at least 1"),
+    (["--n-trials", "0"], "Error: --n-trials: expected a whole number from 1 to 1000000, got '0'"),
     (["--timeout", "10x"], "Error: --timeout: cannot read '10x' as a duration; expected e.g. 90s, 10m or 2h"),
     (["--trial-timeout", "0s"], "Error: --trial-timeout: the duration must be positive, got '0s'"),
-    (["--memory-fraction", "2"], "Error: --memory-fraction must be in (0, 1], got 2.0"),
+    (["--memory-fraction", "2"], "Error: --memory-fraction: expected a number above 0 and at most 1, got '2'"),
 ]
 
 

@@ -73,3 +73,34 @@ def test_dashboard_command(studies, monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna_dashboard", None)  # as if not installed
     result = invoke("dashboard", "--study", "a", "--storage", str(studies / "a.db"))
     assert result.exit_code == 1 and "pip install optuna-dashboard" in result.output
+
+
+@pytest.mark.parametrize("sig, code, said", [(2, 130, "interrupted (Ctrl-C)"), (15, 143, "stopped by SIGTERM")])
+def test_the_dashboard_stopped_by_ctrl_c_or_sigterm_exits_130_or_143(tmp_path, sig, code, said):
+    """bottle's server swallows the KeyboardInterrupt: `dashboard` exited 0 although it says 130."""
+    import socket
+
+    pytest.importorskip("optuna_dashboard")
+    from autotune.study.storage import open_storage
+    from tests.helpers import autotune_cmd, start_process, synthetic_study, wait_for
+
+    synthetic_study(open_storage(f"{tmp_path}/s.journal"), n=3)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = start_process(
+        autotune_cmd("dashboard", "--storage", f"{tmp_path}/s.journal", "--port", str(port)), cwd=tmp_path
+    )
+
+    def listening() -> bool:
+        with socket.socket() as client:
+            return client.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        wait_for(listening, 120, "the dashboard to listen")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, err
+    assert err.strip().splitlines()[-1] == f"Error: {said}", err

@@ -61,3 +61,36 @@ def test_report_of_every_outcome(tmp_path):
 def test_report_of_an_unknown_study(studies, tmp_path):
     result = invoke("report", "--study", "zzz", "--storage", str(studies / "a.db"), "--out", str(tmp_path / "r"))
     assert result.exit_code == 2 and "no study 'zzz'" in result.output
+
+
+def test_report_never_writes_through_a_link_nor_over_a_folder(tmp_path):
+    """`report --out DIR` with DIR/index.html a symlink wrote through it and overwrote the
+    target; DIR/history.png a folder, or DIR a file, gave a traceback or exit 1."""
+    storage = tmp_path / "h200.journal"
+    synthetic_study(open_storage(str(storage)), n=6)
+    out = tmp_path / "out"
+    out.mkdir()
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    (out / "index.html").symlink_to(precious)
+    result = invoke("report", "--storage", str(storage), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert precious.read_text() == "keep me"  # the link itself was replaced
+    assert not (out / "index.html").is_symlink() and "<html" in (out / "index.html").read_text().lower()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+    second = tmp_path / "second"
+    (second / "history.png").mkdir(parents=True)
+    (second / "history.png" / "mine").write_text("mine")
+    result = invoke("report", "--storage", str(storage), "--out", str(second))
+    assert result.exit_code == 2, result.output
+    assert "history.png" in result.output and "folder" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert sorted(p.name for p in second.iterdir()) == ["history.png"]
+    assert (second / "history.png" / "mine").read_text() == "mine"
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    result = invoke("report", "--storage", str(storage), "--out", str(a_file))
+    assert result.exit_code == 2 and "not a folder" in result.output, result.output
+    assert a_file.read_text() == "mine"

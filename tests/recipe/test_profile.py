@@ -129,3 +129,23 @@ def test_profile_keeps_the_recipes_gradient_accumulation(tmp_path):
     report = profile_recipe(recipe, device="cpu", steps=6, warmup=0, out_dir=tmp_path)
     assert report.accumulation_steps == 4
     assert report.steps == 8 and report.optimizer_steps == 2  # whole optimizer steps, one per 4 micro-steps
+
+
+def test_profile_out_naming_a_file_is_refused_before_anything_runs(recipe, tmp_path, monkeypatch):
+    """`profile --out FILE` profiled, then failed with a traceback (or overwrote the file)."""
+    import autotune.recipe.profile as recipe_profile
+
+    ran = []
+    monkeypatch.setattr(recipe_profile, "profile_config", lambda *a, **k: ran.append(a))
+    existing = tmp_path / "notes.txt"
+    existing.write_text("mine")
+    path = save_recipe(recipe, tmp_path / "r.json")
+    result = invoke("profile", str(path), "--device", "cpu", "--out", str(existing))
+    assert result.exit_code == 2, result.output
+    assert "--out" in result.output and "not a folder" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not ran
+    assert existing.read_text() == "mine"
+    folder = tmp_path / "prof"
+    (folder / "trace.json").mkdir(parents=True)
+    result = invoke("profile", str(path), "--device", "cpu", "--out", str(folder))
+    assert result.exit_code == 2 and "trace.json" in result.output and not ran, result.output

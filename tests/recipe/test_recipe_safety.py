@@ -158,3 +158,106 @@ def count_composed_nodes(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(_StrictLoader, "compose_node", counting)
     return count
+
+
+# --- numbers and types, read back exactly (issue E) -------------------------------------------
+
+
+@pytest.mark.parametrize("headroom", [0.00001, 1e-9, 0.05])
+def test_a_recipe_autotune_wrote_reads_back_with_its_tiny_floats(tmp_path, headroom):
+    """`--memory-headroom 0.00001` was written as 1e-05, which the YAML 1.1 loader read as text:
+    the recipe autotune itself wrote could not be read back."""
+    recipe = Recipe.from_dict(recipe_dict(measured__memory_headroom=headroom, measured__mfu=1e-7))
+    path = recipe.save(tmp_path / "r.json")
+    loaded = Recipe.load(path, check_environment=False)
+    assert loaded.measured["memory_headroom"] == headroom and loaded.measured["mfu"] == 1e-7
+    assert loaded == recipe
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ('{"format": "autotune.recipe", "version": 1, "version": 1}', "duplicate key 'version'"),
+        (json.dumps(recipe_dict()).replace('"tokens_per_sec": 1000.0', '"tokens_per_sec": NaN'), "NaN"),
+        (json.dumps(recipe_dict()).replace('"tokens_per_sec": 1000.0', '"tokens_per_sec": 1e400'), "1e400"),
+    ],
+    ids=["duplicate-key", "nan", "overflow"],
+)
+def test_a_json_recipe_is_read_as_strict_json(tmp_path, monkeypatch, text, said):
+    message = refused(tmp_path, monkeypatch, "export", str(write(tmp_path, text)))
+    assert "not a valid recipe file" in message and said in message, message
+
+
+@pytest.mark.parametrize("name", ["r.json", "r.yaml"])
+@pytest.mark.parametrize("where", ["config__token_budget", "measured__peak_memory_bytes", "version"])
+def test_a_5000_digit_integer_in_a_recipe_is_one_line(tmp_path, monkeypatch, name, where):
+    """Python's digit-limit ValueError came out as a traceback."""
+    text = json.dumps(recipe_dict(**{where: 12345})).replace("12345", "9" * 5000)
+    message = refused(tmp_path, monkeypatch, "export", str(write(tmp_path, text, name)))
+    assert "integer" in message and "too large" in message and len(message) < 300, message
+
+
+@pytest.mark.parametrize("version", [True, 1.0, "1"])
+def test_a_recipe_version_must_be_a_true_integer(tmp_path, monkeypatch, version):
+    """`version: true` was accepted: bool is an int in Python."""
+    message = refused(tmp_path, monkeypatch, "export", str(write(tmp_path, recipe_dict(version=version))))
+    assert "version must be a positive integer" in message, message
+
+
+RUNS_NOWHERE = {
+    "block_beyond_the_model": (
+        recipe_dict(config__checkpoint_layers=[1, 99999]),
+        "checkpoint_layers: block 99999 does not exist, gpt2-tiny has 2 blocks (0 to 1)",
+    ),
+    "seq_len_beyond_the_context": (
+        recipe_dict(model__seq_len=10**12),
+        "model.seq_len: 1000000000000 is longer than gpt2-tiny's context of 128 tokens",
+    ),
+    "seq_len_one": (recipe_dict(model__seq_len=1), "model.seq_len: must be at least 2, got 1"),
+    "data_not_a_data_file": (
+        recipe_dict(data="/etc/passwd"),
+        "data '/etc/passwd': expected synthetic or a file ending in .bin, .txt or .jsonl",
+    ),
+}
+
+
+@pytest.fixture
+def no_run_at_all(monkeypatch, no_run):
+    def nothing(*args, **kwargs):
+        raise AssertionError("nothing may run for a recipe that cannot run")
+
+    monkeypatch.setattr("autotune.recipe.soak_check.run_soak", nothing)
+    monkeypatch.setattr("autotune.recipe.profile.profile_config", nothing)
+
+
+@pytest.mark.parametrize("case", sorted(RUNS_NOWHERE))
+@pytest.mark.parametrize("command", [["verify"], ["verify", "--soak"], ["profile"]], ids=" ".join)
+def test_recipe_fields_that_load_but_cannot_run_are_bad_input(tmp_path, monkeypatch, no_run_at_all, case, command):
+    """A checkpointed block 99999, seq_len 10**12 or data /etc/passwd started a trial, then failed
+    verify with exit 1: bad input, exit 2, before any process starts."""
+    raw, message = RUNS_NOWHERE[case]
+    if command == ["profile"] and case == "data_not_a_data_file":
+        pytest.skip("profile measures on --data (synthetic by default), never the recipe's data")
+    path = write(tmp_path, raw)
+    said = refused(tmp_path, monkeypatch, *command, str(path), "--device", "cpu")
+    assert said.startswith(f"Error: recipe {path}: ") and message in said, said
+
+
+@pytest.mark.parametrize(
+    "storage",
+    ["postgresql://tuner:s3cret@db/autotune", "postgresql://tuner@db/autotune?password=s3cret", "x:s3cret@host"],
+)
+@pytest.mark.parametrize("fmt", ["json", "yaml", "hf", "lightning"])
+def test_a_password_in_a_hand_made_recipe_is_never_exported(tmp_path, monkeypatch, storage, fmt):
+    """`export` printed a password held in a hand-made recipe's study.storage: it is redacted
+    when the recipe is read, as when one is written."""
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, recipe_dict(study__storage=storage))
+    from click.testing import CliRunner
+
+    from autotune.cli import main
+
+    result = CliRunner().invoke(main, ["export", str(path), "--format", fmt])
+    assert result.exit_code == 0, result.output
+    assert "s3cret" not in result.output
+    assert "s3cret" not in json.dumps(Recipe.load(path, check_environment=False).to_dict())

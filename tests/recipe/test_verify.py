@@ -79,7 +79,8 @@ def test_verify_builds_only_a_users_code_in_a_child_first(monkeypatch, tmp_path)
     from autotune.recipe.verify import recipe_run_spec
 
     probed = []
-    monkeypatch.setattr(autotune.trial.probe, "probe", lambda model, **kw: probed.append(model))
+    shape = autotune.trial.probe.ProbedModel(vocab_size=320, context_length=128, n_layer=2)
+    monkeypatch.setattr(autotune.trial.probe, "probe", lambda model, **kw: probed.append(model) or shape)
     (tmp_path / "config.json").write_text("{}")
     users = ["tests.fixture_models:make_llama", f"hf:{tmp_path}"]
     for model in ["gpt2-tiny", "hf:gpt2-tiny", *users]:

@@ -120,7 +120,7 @@ def test_bench_accumulates_to_the_global_batch():
 @pytest.mark.parametrize("value", ["0", "-5", "lots"])
 def test_a_global_batch_must_be_a_positive_whole_number(value):
     result = CliRunner().invoke(main, ["search", *FAST, "--global-batch-tokens", value])
-    assert result.exit_code == 2 and "Invalid value for '--global-batch-tokens'" in result.stderr
+    assert result.exit_code == 2 and "Error: --global-batch-tokens: expected a whole number from 1 to" in result.stderr
 
 
 @pytest.mark.process

@@ -117,3 +117,23 @@ def test_a_journal_line_that_is_no_record_is_refused_not_guessed(tmp_path, monke
     else:
         raise AssertionError("a corrupt middle line must be refused")
     assert path.read_bytes() == before
+
+
+def test_a_file_with_no_journal_record_is_refused_and_left_untouched(tmp_path, monkeypatch):
+    """`--storage journal:config.json` on a file that is no journal (one line, no record at all):
+    its content was moved aside as a "torn record" and the file made a journal. Refused now."""
+    monkeypatch.chdir(tmp_path)
+    for content in (b'{"lr": 0.1}', b'{"lr": 0.1}\n', b"plain text\nmore text\n"):
+        path = tmp_path / "config.json"
+        path.write_bytes(content)
+        result = CliRunner().invoke(main, ["show", "--storage", f"journal:{path}", "--study", "s"])
+        assert result.exit_code == 2, result.output
+        assert "is not a journal file" in result.output and len(result.output.strip().splitlines()) == 1
+        try:
+            open_storage(f"journal:{path}")
+        except Exception as exc:
+            assert "is not a journal file" in str(exc)
+        else:
+            raise AssertionError("a file that holds no journal record must be refused")
+        assert path.read_bytes() == content
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]

@@ -118,12 +118,32 @@ def test_a_disk_filling_up_at_the_end_is_one_line_and_leaves_no_temporary_file(t
         (["--memory-limit", "1e400"], "--memory-limit: '1e400' is more memory than any machine has"),
         (["--memory-fraction", "1e-12"], "--memory-fraction 1e-12 of"),
         (["--trial-timeout", "nan"], "--trial-timeout: cannot read 'nan' as a duration"),
-        (["--min-time", "inf"], "min_time_s must be a number of seconds >= 0, got inf"),
-        (["--min-time", "1e9"], "min_time_s must be at most 3600 seconds, got 1000000000.0"),
+        (["--min-time", "inf"], "--min-time: expected a number from 0 to 3600, got 'inf'"),
+        (["--min-time", "1e9"], "--min-time: expected a number from 0 to 3600, got '1e9'"),
     ],
 )
 def test_limits_that_round_to_nothing_or_overflow_are_refused(tmp_path, monkeypatch, args, said):
     assert said in refused(tmp_path, monkeypatch, "search", *FAST, *args)
+
+
+@pytest.mark.parametrize("seed", ["-1", "4294967296"])
+def test_a_seed_out_of_range_is_refused_before_the_study_is_created(tmp_path, monkeypatch, seed):
+    """`--seed -1` gave numpy's traceback from the sampler and left an empty study database."""
+    said = refused(tmp_path, monkeypatch, "search", *FAST, "--seed", seed)
+    assert said == f"Error: --seed: expected a whole number from 0 to 4294967295, got '{seed}'\n"
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, True])
+def test_run_search_refuses_a_seed_out_of_range_and_writes_nothing(tmp_path, monkeypatch, seed):
+    from autotune.errors import UsageError
+    from autotune.search.run import run_search
+    from tests.attack_helpers import settings
+
+    monkeypatch.chdir(tmp_path)
+    fake_trials(monkeypatch)
+    with pytest.raises(UsageError, match="seed must be an integer"):
+        run_search(settings(seed=seed, n_trials=1))
+    assert files_under(tmp_path) == set()
 
 
 # --- data and factories --------------------------------------------------------------------------------
@@ -159,6 +179,16 @@ def test_a_factory_that_raises_exits_or_hangs_is_one_line(tmp_path, monkeypatch,
     assert said in refused(tmp_path, monkeypatch, "search", *args, "--trial-timeout", timeout)
 
 
+@pytest.mark.process
+def test_a_factory_that_allocates_beyond_the_limit_is_stopped_in_one_line(tmp_path, monkeypatch):
+    """The probe that first builds a user's factory had no memory guard: a factory allocating
+    20 GiB under --memory-limit 1GiB grew until a cgroup killed it (and the tuner with it)."""
+    in_repo_env(monkeypatch)
+    args = [a if a != "gpt2-tiny" else "tests.fault_models:host_hog" for a in FAST]
+    said = refused(tmp_path, monkeypatch, "search", *args, "--memory-limit", "256MiB", "--trial-timeout", "60s")
+    assert "building it took more than 384.00 MiB of memory (1.5x the memory limit 256.00 MiB)" in said, said
+
+
 # --- the dashboard --------------------------------------------------------------------------------------
 
 
@@ -171,7 +201,8 @@ def test_the_dashboard_on_a_busy_or_invalid_port_is_one_line(tmp_path, monkeypat
         message = refused(tmp_path, monkeypatch, "dashboard", "--storage", "x.db", "--port", str(port))
         assert message == f"Error: --port {port}: 127.0.0.1:{port} is in use by another program; choose another port\n"
     result = CliRunner().invoke(main, ["dashboard", "--storage", "x.db", "--port", "70000"])
-    assert result.exit_code == 2 and "70000 is not in the range 1<=x<=65535" in result.output
+    assert result.exit_code == 2
+    assert result.output == "Error: --port: expected a whole number from 1 to 65535, got '70000'\n"
 
 
 # --- a study without a best -------------------------------------------------------------------------------

@@ -168,3 +168,18 @@ def test_a_space_file_is_capped_in_size_and_read_as_a_regular_file(tmp_path):
     latin = tmp_path / "latin.yaml"
     latin.write_bytes("description: caf\u00e9\n".encode("latin-1"))
     assert "not UTF-8 text" in load_error(latin)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "dimensions: {token_budget: {low: 1024, high: " + "9" * 5000 + "}}\n",
+        "fixed: {num_workers: " + "9" * 5000 + "}\ndimensions: {token_budget: {choices: [1024]}}\n",
+        "dimensions: {token_budget: {choices: [1024, " + "9" * 30 + "]}}\n",
+    ],
+    ids=["range", "fixed", "choice-beyond-64-bits"],
+)
+def test_a_huge_integer_in_a_space_is_one_line(tmp_path, text):
+    """A 5000-digit integer gave Python's digit-limit traceback."""
+    message = load_error(write(tmp_path, text))
+    assert "integer" in message and "too large" in message and len(message) < 300, message
