@@ -1,166 +1,155 @@
 #!/usr/bin/env bash
-# The first look at a GPU, in at most 8 minutes of wall time, downloading nothing:
-#   `autotune doctor` (stops here, with its message, if torch.compile cannot work), a strong
-#   hand-picked configuration of gpt2 (`autotune bench`), a short `autotune search` over
-#   search_spaces/gpu_quick.yaml (it opens with the baseline and the checklist), `autotune
-#   verify` of its recipe, then ONE table (benchmarks/gpu_table.py).
-# Without a GPU it is a DRY RUN: the same pipeline on gpt2-tiny / CPU with tiny step counts.
+# The first run on a GPU: one command of at most 300 s that downloads nothing and leaves at most
+# 6 files in $OUT. From the repository root:
 #
-#   bash benchmarks/gpu_check.sh [--skip-confirm]   # results under $OUT (or a temp dir)
-#   --skip-confirm   skip the verify step, the check's confirmation run of the found recipe
-#   AUTOTUNE_WHEELS=DIR   install missing dependencies from a carried wheelhouse, never the network
+#   python benchmarks/gpu_wheelhouse.py           # here, once: .wheelhouse/, what the GPU machine lacks
+#   bash benchmarks/gpu_check.sh                  # there, with .wheelhouse carried along
 #
-# Time budget on an H200 (estimates: nothing has run on a GPU yet), step by step. Each step runs
-# under `timeout` with its cap, and never past the 8-minute deadline of the whole run, which
-# trims the caps of the later steps when earlier ones ran long:
+# Without a GPU it is a DRY RUN: the same steps on gpt2-tiny on this CPU; its figures mean nothing.
+#   PYTHON=...                   the interpreter (default: python, else python3)
+#   AUTOTUNE_WHEELS=DIR          the wheelhouse (default: .wheelhouse)
+#   AUTOTUNE_GPU_CHECK_INSTALL=always   install the wheelhouse even where nothing is missing (the
+#                                dry run's proof that the offline install works)
+#
+# Steps, each under `timeout` with its cap and never past the 300 s deadline, which trims the
+# caps of the later steps when earlier ones ran long (estimates for an H200, torch 2.11:
+# nothing has run on a GPU yet):
 #
 #   step            estimate   cap     what takes the time
-#   dependencies        2 s     90 s   an import check; pip from the wheelhouse only if something is missing
-#   doctor             15 s     60 s   torch import 5 s, CUDA context 2 s, one tiny compile 5 s, SDPA probes 1 s
-#   strong bench       70 s    130 s   the strongest combination the space can express (packed, bf16, flash,
-#                                      compile_scope=model, chunked loss): process and model 10 s, a cold
-#                                      whole-model compile of one static shape (forward + lazy backward)
-#                                      40-60 s, warm-up 10 s, 1 s timed window
-#   search            250 s    280 s   stops starting trials after 150 s (--timeout); the last trial is bound by
-#                                      --trial-timeout 90 s; then the search's own confirmation run of its best
-#                                      (30-60 s). Trials: baseline ~20 s, checklist ~70 s (cold dynamic compile),
-#                                      then 1-3 sampled trials of 15-60 s (inductor's cache serves repeated graphs)
-#   verify             45 s     75 s   one fresh process, compile from the cache; skipped with --skip-confirm
-#   table               2 s     30 s
-#   total             384 s    (the deadline: 480 s)
+#   dependencies       10 s     30 s   pip install --no-index --no-deps --target, only if something is missing
+#   doctor             25 s     45 s   torch and CUDA start, one compile nothing cached, SDPA kernels, a bf16 matmul's rate
+#   probes             25 s     45 s   fp16 + chunked loss gradients against fp32 (32k tokens), a trial forked from the
+#                                      fork server (process start, gpt2-tiny on the GPU)
+#   search            170 s    190 s   the baseline (~20 s), the checklist (~60 s: a dynamic compile), then the planner's
+#                                      first proposals; no trial starts after 110 s, none runs past 75 s; no
+#                                      re-measurement of the leaders
+#   table               5 s     20 s
+#   total             235 s    (the deadline: 300 s)
 #
-# A GPU machine with torch but without optuna & co.: carry a wheelhouse made on a machine with
-# internet (same Python version and platform), e.g.
-#   pip download -d wheelhouse 'optuna>=5,<6' nvidia-ml-py 'sqlalchemy>=2' 'click>=8.1' 'pyyaml>=6' numpy tqdm
-# and set AUTOTUNE_WHEELS=wheelhouse. When the system Python refuses installs (PEP 668,
-# "externally-managed-environment"), they go to a target directory under the results instead.
+# $OUT (a temporary folder if unset) gets three files: table.md (what this prints), figures.json
+# (every figure of the table, for docs/gpu-check.md) and gpu_check.tar.gz (each step's output
+# and log, the study and its recipe).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
-PY="${PYTHON:-python}"
+PY="${PYTHON:-$(command -v python || command -v python3)}"
+[ -n "$PY" ] || { echo "no python or python3 on the PATH: set PYTHON"; exit 1; }
+WHEELS="${AUTOTUNE_WHEELS:-$ROOT/.wheelhouse}"
 OUT_DIR="${OUT:-$(mktemp -d -t autotune-gpucheck-XXXXXX)}"
+WORK="$(mktemp -d -t autotune-gpucheck-work-XXXXXX)"
+SITE="$(mktemp -d -t autotune-gpucheck-site-XXXXXX)"
+trap 'rm -rf "$WORK" "$SITE"' EXIT
 mkdir -p "$OUT_DIR"
-SKIP_CONFIRM=0
-for arg in "$@"; do
-  case "$arg" in
-    --skip-confirm) SKIP_CONFIRM=1 ;;
-    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}"; exit 0 ;;
-    *) echo "gpu_check.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
-  esac
-done
+case "${1:-}" in
+  "") ;;
+  -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}"; exit 0 ;;
+  *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+esac
 
-BUDGET_S=480
+BUDGET_S=300
 START=$SECONDS
-STEPS_LOG="$OUT_DIR/steps.tsv"
+STEPS_LOG="$WORK/steps.tsv"
 : > "$STEPS_LOG"
 
 # run_step NAME CAP_S CMD...: CMD under `timeout`, for at most CAP_S and never past the deadline;
-# stdout to $OUT_DIR/NAME.json, stderr to NAME.err; one line per step in steps.tsv.
+# stdout to $WORK/NAME.json, stderr to NAME.err; one line per step in steps.tsv.
 run_step() {
   local name=$1 cap=$2; shift 2
   local left=$((BUDGET_S - (SECONDS - START)))
   local limit=$(( cap < left ? cap : left ))
   if [ "$limit" -lt 5 ]; then
-    echo "--- $name: skipped, the 8-minute budget is spent" >&2
+    echo "--- $name: skipped, the ${BUDGET_S} s budget is spent" >&2
     printf '%s\tskipped\t0\t0\n' "$name" >> "$STEPS_LOG"
     return 124
   fi
   echo "--- $name (at most ${limit} s)" >&2
   local t0=$SECONDS
-  timeout --kill-after=10 "$limit" "$@" > "$OUT_DIR/$name.json" 2> "$OUT_DIR/$name.err"
+  timeout --kill-after=5 "$limit" "$@" > "$WORK/$name.json" 2> "$WORK/$name.err"
   local rc=$?
-  [ "$rc" = 124 ] && echo "--- $name: timed out after ${limit} s (see $OUT_DIR/$name.err)" >&2
+  [ "$rc" = 124 ] && echo "--- $name: timed out after ${limit} s (see $name.err in the tarball)" >&2
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" "$limit" >> "$STEPS_LOG"
   return "$rc"
 }
 
-# --- dependencies: present, or from a carried wheelhouse; a target directory under PEP 668 ------
-DEPS=('optuna>=5,<6' nvidia-ml-py 'sqlalchemy>=2' 'click>=8.1' 'pyyaml>=6' numpy tqdm)
-deps_present() { "$PY" -c "import optuna, click, yaml, sqlalchemy, pynvml, tqdm" >/dev/null 2>&1; }
-if ! deps_present; then
-  if [ -z "${AUTOTUNE_WHEELS:-}" ]; then
-    echo "missing optuna/click/pyyaml/sqlalchemy/nvidia-ml-py/tqdm: set AUTOTUNE_WHEELS=DIR (see the header)"; exit 1
-  fi
-  PIP=("$PY" -m pip install --quiet --no-index --find-links "$AUTOTUNE_WHEELS")
-  if ! timeout 90 "${PIP[@]}" "${DEPS[@]}" 2> "$OUT_DIR/pip.err"; then
-    if grep -q "externally-managed-environment" "$OUT_DIR/pip.err"; then
-      TARGET="$OUT_DIR/pydeps"  # PEP 668: this Python's site-packages belong to the system
-      timeout 90 "${PIP[@]}" --target "$TARGET" "${DEPS[@]}" 2>> "$OUT_DIR/pip.err" \
-        || { echo "installing into $TARGET failed (see $OUT_DIR/pip.err)"; exit 1; }
-      export PYTHONPATH="$PYTHONPATH:$TARGET"
-    else
-      echo "installing from $AUTOTUNE_WHEELS failed (see $OUT_DIR/pip.err)"; exit 1
-    fi
-  fi
-  deps_present || { echo "dependencies still missing after installing from $AUTOTUNE_WHEELS"; exit 1; }
-fi
+# Everything a run wrote, as one tarball beside table.md and figures.json: at most 6 files come back.
+finish() {
+  tar -czf "$OUT_DIR/gpu_check.tar.gz" -C "$WORK" . 2>/dev/null
+  echo "wall time: $((SECONDS - START)) s of the ${BUDGET_S} s budget; files: $(ls "$OUT_DIR" | tr '\n' ' ')"
+}
 
-# --- doctor: what this machine is, and whether compile can work ---------------------------------
+# --- dependencies: from the carried wheelhouse, offline, into a target directory ----------------
+# --target sidesteps a system Python's PEP 668 refusal; --no-deps because the wheelhouse holds
+# exactly what the machine lacks (benchmarks/gpu_wheelhouse.py resolved it against its image).
+export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+deps_present() { "$PY" -c "import optuna, sqlalchemy, alembic, colorlog, mako, click, yaml, pynvml, numpy" 2>/dev/null; }
+t0=$SECONDS
+if ! deps_present || [ "${AUTOTUNE_GPU_CHECK_INSTALL:-}" = always ]; then
+  shopt -s nullglob; wheels=("$WHEELS"/*.whl); shopt -u nullglob
+  if [ "${#wheels[@]}" = 0 ]; then
+    echo "missing dependencies and no wheels in $WHEELS: run python benchmarks/gpu_wheelhouse.py where PyPI is reachable, and carry .wheelhouse"
+    exit 1
+  fi
+  timeout 30 "$PY" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" "${wheels[@]}" > "$WORK/pip.log" 2>&1 \
+    || { cat "$WORK/pip.log"; echo "installing from $WHEELS failed"; exit 1; }
+fi
+deps_present || { "$PY" -c "import optuna, sqlalchemy, alembic, colorlog, mako, click, yaml, pynvml, numpy"; echo "dependencies still missing"; exit 1; }
+"$PY" -c "import optuna; print(optuna.__version__, optuna.__file__)" > "$WORK/deps.txt"
+printf 'dependencies\t0\t%s\t30\n' "$((SECONDS - t0))" >> "$STEPS_LOG"
+
+# --- doctor: what this machine is, whether compile can work, and its matmul rate ----------------
 AT=("$PY" -m autotune)
-run_step doctor 60 "${AT[@]}" doctor --json
-DOCTOR=$("$PY" - "$OUT_DIR/doctor.json" <<'EOF'
+run_step doctor 45 "${AT[@]}" doctor --json
+DOCTOR=$("$PY" - "$WORK/doctor.json" <<'EOF'
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))
-except (OSError, ValueError):
+    print("\t".join([d["device"]["kind"], "ok" if d["compile"]["ok"] else "fail", d["device"]["name"], d["compile"]["detail"]]))
+except (OSError, ValueError, KeyError, TypeError):
     print("unreadable\t-\t-\tno report (see doctor.err)")
-else:
-    print("\t".join([d["device"]["kind"], "ok" if d["compile"]["ok"] else "fail", d["device"]["name"],
-                     d["compile"]["detail"]]))
 EOF
 )
 IFS=$'\t' read -r KIND COMPILE_OK DEVICE_NAME COMPILE_DETAIL <<< "$DOCTOR"
 if [ "$KIND" = cuda ]; then
   DRY=0
-  echo "GPU CHECK on $DEVICE_NAME; results in $OUT_DIR"
+  echo "GPU CHECK on $DEVICE_NAME; files in $OUT_DIR"
   if [ "$COMPILE_OK" != ok ]; then
     echo "STOPPED: torch.compile cannot work on this machine: $COMPILE_DETAIL"
     echo "every compiled trial would crash; fix it (autotune doctor says what is missing) and run again"
-    exit 3
+    finish; exit 3
   fi
 elif [ "$KIND" = cpu ]; then
   DRY=1
-  echo "DRY RUN: no GPU here (autotune doctor found none); running the pipeline on gpt2-tiny/CPU with tiny step counts. Figures are meaningless."
+  echo "DRY RUN: no GPU here (autotune doctor found none); the same steps on gpt2-tiny/CPU. Figures are meaningless."
 else
-  echo "STOPPED: autotune doctor did not report (see $OUT_DIR/doctor.err)"; exit 3
+  echo "STOPPED: autotune doctor did not report: $(tail -n 3 "$WORK/doctor.err" 2>/dev/null)"; finish; exit 3
 fi
 
 if [ "$DRY" = 1 ]; then
   MODEL=gpt2-tiny; DEVICE=cpu; RUN=(--warmup 1 --steps 3 --min-time 0)
-  STRONG=(--batching packed --set amp_dtype=float32 --set compile_mode=none --set sdpa_backend=flash
-          --set num_workers=0 --set pin_memory=false --set token_budget=4096)
-  # The baseline only: the same search command and files, and the table with its checklist
-  # row missing. The checklist compiles on the CPU (~20 s here) and the test suite runs it in
-  # every search it makes; a dry run proves the plumbing, not the compiler.
-  SPACE="$ROOT/tests/spaces/tiny.yaml"; N_TRIALS=1; SEARCH_TIMEOUT=60; TRIAL_TIMEOUT=150
-  # No re-measurement of the leaders: it would compile the checklist on the CPU again, for
-  # figures a dry run does not have (the test suite covers the confirmation itself).
-  SEARCH_EXTRA=(--no-confirm)
+  # A CPU emulates float16 matmuls: a narrow head, the same flush to zero; a loaded CPU starts
+  # the fork server in seconds, not the GPU machine's fraction of one.
+  PROBE=(--tokens 1024 --width 32); PROBE_CAP=120
+  # The baseline only: the same command and files, the table's checklist row missing (the
+  # checklist compiles on the CPU, ~20 s; the test suite runs it in every search it makes).
+  SPACE="$ROOT/tests/spaces/tiny.yaml"; N_TRIALS=1; SEARCH_TIMEOUT=60; TRIAL_TIMEOUT=100
 else
   MODEL=gpt2; DEVICE=cuda:0; RUN=(--warmup 3 --steps 10 --min-time 1)
-  STRONG=(--batching packed --set amp_dtype=bfloat16 --set compile_mode=default --set compile_scope=model
-          --set loss_impl=chunked --set sdpa_backend=flash --set num_workers=4 --set prefetch_factor=4 --set persistent_workers=true --set pin_memory=true
-          --set token_budget=65536)
-  SPACE="$ROOT/search_spaces/gpu_quick.yaml"; N_TRIALS=8; SEARCH_TIMEOUT=150; TRIAL_TIMEOUT=90
-  SEARCH_EXTRA=()
+  PROBE=(--tokens 32768); PROBE_CAP=45
+  SPACE="$ROOT/search_spaces/gpu_quick.yaml"; N_TRIALS=8; SEARCH_TIMEOUT=110; TRIAL_TIMEOUT=75
 fi
 
-run_step strong 130 "${AT[@]}" bench --model "$MODEL" --device "$DEVICE" "${RUN[@]}" "${STRONG[@]}" --json
+# --- probes: the fp16 + chunked loss gradients, and a trial forked from the fork server ---------
+run_step probes "$PROBE_CAP" "$PY" benchmarks/gpu_probes.py --device "$DEVICE" "${PROBE[@]}"
 
-(cd "$OUT_DIR" && run_step search 280 "${AT[@]}" search --model "$MODEL" --device "$DEVICE" "${RUN[@]}" \
+# --- a short search: the two reference trials, then the planner's first proposals --------------
+(cd "$WORK" && run_step search 190 "${AT[@]}" search --model "$MODEL" --device "$DEVICE" "${RUN[@]}" \
   --space "$SPACE" --n-trials "$N_TRIALS" --timeout "${SEARCH_TIMEOUT}s" --trial-timeout "${TRIAL_TIMEOUT}s" \
-  --study gpucheck --storage "sqlite:///$OUT_DIR/gpucheck.db" --recipe "$OUT_DIR/recipe.json" "${SEARCH_EXTRA[@]}" --json)
+  --study gpucheck --storage "sqlite:///$WORK/gpucheck.db" --recipe "$WORK/recipe.json" --no-confirm --json)
 
-if [ "$SKIP_CONFIRM" = 1 ]; then
-  echo "--- verify: skipped (--skip-confirm)" >&2
-elif [ -f "$OUT_DIR/recipe.json" ]; then
-  run_step verify 75 "${AT[@]}" verify "$OUT_DIR/recipe.json" --device "$DEVICE" "${RUN[@]}" --json
-else
-  echo "no recipe from the search (see $OUT_DIR/search.err)" >&2
-fi
-
-timeout 30 "$PY" benchmarks/gpu_table.py "$OUT_DIR" "$DRY"
-echo
-echo "wall time: $((SECONDS - START)) s of the ${BUDGET_S} s budget; per step: $STEPS_LOG"
+timeout 20 "$PY" benchmarks/gpu_table.py "$WORK" "$DRY" > "$WORK/table.md" 2> "$WORK/table.err"
+cat "$WORK/table.md"
+cp "$WORK/table.md" "$OUT_DIR/table.md"
+[ -f "$WORK/figures.json" ] && cp "$WORK/figures.json" "$OUT_DIR/figures.json"
+finish

@@ -4,7 +4,7 @@ user-style model factory `tests.fixture_models:make_llama` imports the way `auto
 search, a script or a server, each made once for the whole session and shared by the modules
 that read it:
 
-    gpu_check_run        benchmarks/gpu_check.sh --skip-confirm run to its end (a dry run without a GPU)
+    gpu_check_run        benchmarks/gpu_check.sh run to its end (a dry run without a GPU)
     searched             `autotune search` through the CLI: two references, two sampled trials
     compare_studies      a copy of it as study "a", and "b" warm-started from it
     journal_two_workers  two `autotune search` processes on one journal file
@@ -417,12 +417,17 @@ def postgres_two_workers(background, postgres, request, tmp_path_factory) -> Two
 def _gpu_check_run(bg: Background, request, tmp_path_factory) -> Callable[[], tuple[subprocess.CompletedProcess, Path]]:
     out = tmp_path_factory.mktemp("gpu-check")
 
+    # As on the GPU machine: `python3`, dependencies installed offline from a wheelhouse (this
+    # Python's, which .ci/run builds; in CI it must be there), into a target folder.
+    wheels = ROOT / f".wheelhouse-cp{sys.version_info.major}{sys.version_info.minor}"
+    if os.environ.get("CI") and not wheels.is_dir():
+        raise RuntimeError(f"{wheels} is missing: .ci/run builds it (benchmarks/gpu_wheelhouse.py)")
+
     def job() -> tuple[subprocess.CompletedProcess, Path]:
-        env = {**os.environ, "OUT": str(out)}
-        env.pop("AUTOTUNE_WHEELS", None)
-        return finish(
-            bg.popen(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--skip-confirm"], cwd=ROOT, env=env)
-        ), out
+        env = {**os.environ, "OUT": str(out), "PYTHON": "python3"}
+        if wheels.is_dir():
+            env.update(AUTOTUNE_WHEELS=str(wheels), AUTOTUNE_GPU_CHECK_INSTALL="always")
+        return finish(bg.popen(["bash", str(ROOT / "benchmarks" / "gpu_check.sh")], cwd=ROOT, env=env)), out
 
     return job
 
