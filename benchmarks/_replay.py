@@ -31,6 +31,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -149,6 +150,7 @@ class History:
     study: optuna.Study
     steps: list[Step] = field(default_factory=list)
     graphs: set[str] = field(default_factory=set)  # graphs compiled so far: inductor's cache has them
+    noise: float = 0.0  # the spread of one measurement of tokens/s (log), drawn per run and configuration
 
     @property
     def seconds(self) -> float:
@@ -231,15 +233,22 @@ def replay(
     target: float,
     max_trials: int,
     stop_at_target: bool | None = None,
+    noise: float = 0.0,
 ) -> Run:
     """One search of `sweep` by `strategy` with `seed`. It stops at the target unless told
     otherwise; by default, only a strategy without a stop rule does (one with a rule runs until
-    the rule stops it, so that its cost and its final recommendation show)."""
+    the rule stops it, so that its cost and its final recommendation show).
+
+    `noise`: what a search sees of a configuration is its recorded tokens/s times exp(noise x z),
+    z a standard normal drawn once per seed and configuration (a re-proposal is reused with its
+    figures, as the tuner reuses it): a measurement repeated on a GPU moves by 1-2 %, and a search
+    that is right only on noiseless figures is fragile. What counts (the target, the
+    recommendation) is judged on the recorded figures."""
     if stop_at_target is None:
         stop_at_target = strategy.stop is None
     sampler = strategy.build(sweep, limit, seed) if strategy.build is not None else strategy.sampler(seed)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    history = History(sweep, seed, limit, target, study)
+    history = History(sweep, seed, limit, target, study, noise=noise)
     done: dict[str, int] = {}  # configurations completed, and their trial: a re-proposal reuses them
     stopped = "max_trials"
     for number in range(max_trials):
@@ -313,11 +322,12 @@ def _tell(
         trial.set_user_attr("measurement", figures)
     if measured(rec):
         fits = rec["peak_memory_bytes"] <= limit
+        seen = rec["tokens_per_sec"] * _measurement_error(history, key)
         trial.set_user_attr("outcome", outcomes.OK if fits else outcomes.OVER_MEMORY_LIMIT)
-        trial.set_user_attr("tokens_per_sec", rec["tokens_per_sec"])
+        trial.set_user_attr("tokens_per_sec", seen)
         if strategy.constraints:
             trial.set_constraint("memory", (rec["peak_memory_bytes"] - limit) / limit)
-        study.tell(trial, rec["tokens_per_sec"])
+        study.tell(trial, seen)
         done.setdefault(key, trial.number)
         good = fate == "run" and fits and rec["tokens_per_sec"] >= history.target
         return Step(number, key, rec, fate, cost, ran_over, good)
@@ -331,6 +341,13 @@ def _tell(
     state = TrialState.PRUNED if rec["outcome"] == outcomes.DIVERGED else TrialState.FAIL
     study.tell(trial, state=state)  # not reused by the tuner: a re-proposal runs again
     return Step(number, key, rec, "run", trial_cost(rec), False, False)
+
+
+def _measurement_error(history: History, key: str) -> float:
+    """The factor by which this run sees this configuration's tokens/s (1 without noise)."""
+    if not history.noise:
+        return 1.0
+    return math.exp(history.noise * random.Random(f"{history.seed}:{key}").gauss(0.0, 1.0))
 
 
 def _prediction(predicted: Any, limit: int) -> tuple[int, float]:
@@ -361,9 +378,10 @@ def run_seeds(
     target: float,
     max_trials: int,
     stop_at_target: bool | None = None,
+    noise: float = 0.0,
 ) -> list[Run]:
     """The strategy's runs for seeds 0 .. seeds-1."""
-    kw = {"limit": limit, "target": target, "max_trials": max_trials, "stop_at_target": stop_at_target}
+    kw = {"limit": limit, "target": target, "max_trials": max_trials, "stop_at_target": stop_at_target, "noise": noise}
     return [replay(sweep, strategy, seed, **kw) for seed in range(seeds)]
 
 
@@ -378,3 +396,44 @@ def quantile(values: Sequence[float], q: float) -> float:
     if math.isinf(xs[hi]):
         return math.inf
     return xs[lo] + (pos - lo) * (xs[hi] - xs[lo])
+
+
+def random_search_exactly(sweep: Sweep, limit: int, target: float) -> dict[str, dict[str, float]]:
+    """Random search's figures without simulating it: Optuna's RandomSampler draws each parameter
+    uniformly from its choices (a conditional one only where it applies, the checkpoint
+    placement only for a partial count), so each configuration has a known probability p(c),
+    every trial is independent, and the trial that first lands within the tolerance follows a
+    geometric law with P = sum of p over the good configurations. Quantiles of trials to the
+    target: ceil(log(1 - q) / log(1 - P)); of seconds: that many trials less one at the mean cost
+    of a trial that is not good, plus a good one's mean cost; over-limit runs likewise. A
+    re-proposed configuration is charged as a new one (its reuse is free in the replay): exact
+    while the trials are few against the space, a little against random search otherwise.
+    Returns {statistic: {median, q1, q3}} as `summarize` does."""
+    from _common import config_key, dimension_values, enumerate_space
+
+    space = sweep.space
+    choices = {name: len(dimension_values(space, dim)) for name, dim in space.dimensions.items()}
+    if space.checkpoint:
+        choices["checkpoint_count"] = len(dimension_values(space, space.checkpoint.count))
+        choices["checkpoint_placement"] = len(space.checkpoint.placements)
+    p_good = p_bad = cost_good = cost_bad = over_bad = 0.0
+    for params, cfg in enumerate_space(space):
+        p = math.prod(1.0 / choices[name] for name in params)
+        rec = sweep.table[config_key(cfg)]
+        cost = trial_cost(rec)
+        if measured(rec) and not over_limit(rec, limit) and rec["tokens_per_sec"] >= target:
+            p_good, cost_good = p_good + p, cost_good + p * cost
+        else:
+            p_bad, cost_bad, over_bad = p_bad + p, cost_bad + p * cost, over_bad + p * over_limit(rec, limit)
+    mean_good, mean_bad, over_share = cost_good / p_good, cost_bad / p_bad, over_bad / p_bad
+
+    def trials(q: float) -> float:
+        return float(math.ceil(math.log(1 - q) / math.log1p(-p_good)))
+
+    quantiles = {"median": 0.5, "q1": 0.25, "q3": 0.75}
+    return {
+        "trials_to_3pct": {k: trials(q) for k, q in quantiles.items()},
+        "seconds_to_3pct": {k: (trials(q) - 1) * mean_bad + mean_good for k, q in quantiles.items()},
+        "over_limit_run": {k: (trials(q) - 1) * over_share for k, q in quantiles.items()},
+        "p_good": {"median": p_good, "q1": p_good, "q3": p_good},
+    }
