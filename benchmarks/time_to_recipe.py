@@ -12,17 +12,14 @@ configuration, reused as the tuner reuses it, and an unsupported one, pruned bef
 starts, cost 0) and is recorded on the study as the tuner's Objective records it.
 
 Strategies (`strategies()`; DEFAULT runs unless --strategies names others):
-  tuner          the tuner as shipped: its sampler (autotune.study.lifecycle.make_sampler: TPE), the
-                 objective's memory model, the expert start, and --until-converged (`TunerHooks`)
-  tuner -memory, tuner -expert, tuner -converged
-                 the tuner with that item left out (-converged: run until the target)
-  tuner-gp       (on request) the tuner with Optuna's GPSampler for TPE; with -converged too
-  tuner-tpe10 -converged, tuner-tpe-group -converged
-                 (on request) the tuner with TPE's 10 start-up trials; with group=True
-  tpe            the tuner's sampler alone, memory constraint recorded
+  tuner          the search exactly as `autotune search` runs it by default: the planner's sampler
+                 (search.sampler.PlannerSampler over search.planner.Planner), the objective's memory
+                 check (search.memory_model.skip_prediction) and the planner's stop rule (`TunerHooks`)
+  tuner -stop    the same without its stop rule, run to the target
+  tpe            Optuna's TPE (5 start-up trials), the memory constraint recorded
   tpe-unconstr   (on request) the same TPE with no constraint recorded
   gp             (on request) Optuna's GPSampler alone (constrained logEI on the recorded constraint)
-  random         Optuna's RandomSampler
+  random         Optuna's RandomSampler (`_replay.random_search_exactly` gives its figures exactly)
   grid           every configuration once, in an order shuffled per seed (a `propose` hook)
 
 Per run: trials and wall seconds until the first feasible configuration within 3 % of the
@@ -32,6 +29,9 @@ trial: with constraints recorded, the best feasible one, as the tuner's summary 
 ends at the target, when a strategy's `stop` hook says so, or after --max-trials (default: twice
 as many as the sweep has configurations); one that never reached the target counts as infinite in
 the medians and shows in `reached`. Medians and interquartile ranges over --seeds seeds.
+--noise (default 0; `auto`: 1.5 % on a GPU sweep, 6 % on a CPU one) is the spread of a repeated
+measurement: a search sees each configuration's tokens/s moved by it, once per seed, and is judged
+on the recorded figures (`_replay.replay`).
 
 Other strategies plug in as `Strategy(name, sampler, skip=..., propose=..., stop=...)` passed as
 `run(..., extra=[...])` (see _replay.py for the hooks' contracts)."""
