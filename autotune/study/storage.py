@@ -24,12 +24,14 @@ from typing import Any, Iterator
 
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
-from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
 from autotune import environment
 from autotune.device.disk import check_writable
 from autotune.errors import UsageError
+from autotune.study.guarded import GuardedJournalStorage, GuardedRDBStorage
 from autotune.study.journal import recover_journal
+from autotune.study.storage_errors import storage_error
 from autotune.study.urls import (
     STUDIES_DIR,
     check_study_name,
@@ -131,7 +133,7 @@ def open_storage(url: str, *, grace_period_s: int | None = None, create: bool = 
             if message:
                 log.warning("%s", message)
             lock = JournalFileOpenLock(str(parsed.path))
-            return JournalStorage(JournalFileBackend(str(parsed.path), lock_obj=lock))
+            return GuardedJournalStorage(JournalFileBackend(str(parsed.path), lock_obj=lock), shown_url=url)
         heartbeat = {}
         if grace_period_s is not None and not parsed.in_memory:
             interval = heartbeat_interval_s()
@@ -141,12 +143,15 @@ def open_storage(url: str, *, grace_period_s: int | None = None, create: bool = 
                 heartbeat_stale_trial_callback=RetryStaleTrial(max_retry=1),
             )
         engine = {"connect_args": {"connect_timeout": 10}} if url.startswith("postgres") else None
-        storage = _rdb_storage(with_driver(url), engine, heartbeat)
+        storage = _rdb_storage(url, engine, heartbeat)
         check_schema(storage, url)
         return storage
     except UsageError:
         raise
     except Exception as exc:
+        known = storage_error(exc, url)  # a damaged file, a lock: said as every command says them
+        if known is not None:
+            raise known from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"storage {redact(url)}: cannot open it ({redact_text(first, url)})") from None
 
@@ -163,7 +168,9 @@ def _rdb_storage(url: str, engine: dict[str, Any] | None, heartbeat: dict[str, A
     for attempt in range(SCHEMA_ATTEMPTS):
         try:
             with _quiet_experimental():
-                return RDBStorage(url, engine_kwargs=engine, skip_compatibility_check=True, **heartbeat)
+                return GuardedRDBStorage(
+                    with_driver(url), shown_url=url, engine_kwargs=engine, skip_compatibility_check=True, **heartbeat
+                )
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
             if attempt == SCHEMA_ATTEMPTS - 1:
                 raise
