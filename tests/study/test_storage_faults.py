@@ -7,22 +7,8 @@ import sqlite3
 from pathlib import Path
 
 from autotune.search.run import run_search
-from autotune.trial.runner import TrialResult
-from tests.helpers import FAST, TINY_SPACE, invoke, ok_measurement, search_settings
-
-
-def fake_trials(monkeypatch) -> list:
-    """Trials that measure at once, each faster than the one before; the list counts them."""
-    calls: list = []
-
-    def run_trial(spec, cfg, **kwargs):
-        calls.append(cfg)
-        measured = ok_measurement()
-        measured.tokens_per_sec = 1000.0 * len(calls)
-        return TrialResult("ok", None, measured)
-
-    monkeypatch.setattr("autotune.search.objective.run_trial", run_trial)
-    return calls
+from tests.attack_helpers import fake_trials
+from tests.helpers import FAST, TINY_SPACE, invoke, search_settings
 
 
 def damage(path: Path, tables: tuple[str, ...] = ("trials", "trial_user_attributes")) -> None:
