@@ -29,7 +29,7 @@ from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 from autotune import environment
 from autotune.device.disk import check_writable
 from autotune.errors import UsageError
-from autotune.study.guarded import GuardedJournalStorage, GuardedRDBStorage
+from autotune.study.guarded import GuardedJournalStorage, GuardedRDBStorage, sqlite_connect_args
 from autotune.study.journal import recover_journal
 from autotune.study.storage_errors import storage_error
 from autotune.study.urls import (
@@ -142,8 +142,12 @@ def open_storage(url: str, *, grace_period_s: int | None = None, create: bool = 
                 grace_period=max(grace_period_s, 2 * interval),
                 heartbeat_stale_trial_callback=RetryStaleTrial(max_retry=1),
             )
-        engine = {"connect_args": {"connect_timeout": 10}} if url.startswith("postgres") else None
-        storage = _rdb_storage(url, engine, heartbeat)
+        engine, lock_wait = None, None
+        if url.startswith("postgres"):
+            engine = {"connect_args": {"connect_timeout": 10}}
+        elif parsed.kind == "sqlite":
+            engine, lock_wait = {"connect_args": sqlite_connect_args()}, environment.value(environment.LOCK_WAIT_S)
+        storage = _rdb_storage(url, engine, heartbeat, lock_wait)
         check_schema(storage, url)
         return storage
     except UsageError:
@@ -159,7 +163,9 @@ def open_storage(url: str, *, grace_period_s: int | None = None, create: bool = 
 SCHEMA_ATTEMPTS = 5
 
 
-def _rdb_storage(url: str, engine: dict[str, Any] | None, heartbeat: dict[str, Any]) -> RDBStorage:
+def _rdb_storage(
+    url: str, engine: dict[str, Any] | None, heartbeat: dict[str, Any], lock_wait_s: int | None = None
+) -> RDBStorage:
     """RDBStorage creates Optuna's tables on first use. Workers starting together on a fresh
     database race to create them, and all but one fail on a duplicate table or type: those
     try again, and find the tables there."""
@@ -169,7 +175,12 @@ def _rdb_storage(url: str, engine: dict[str, Any] | None, heartbeat: dict[str, A
         try:
             with _quiet_experimental():
                 return GuardedRDBStorage(
-                    with_driver(url), shown_url=url, engine_kwargs=engine, skip_compatibility_check=True, **heartbeat
+                    with_driver(url),
+                    shown_url=url,
+                    lock_wait_s=lock_wait_s,
+                    engine_kwargs=engine,
+                    skip_compatibility_check=True,
+                    **heartbeat,
                 )
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
             if attempt == SCHEMA_ATTEMPTS - 1:

@@ -17,6 +17,7 @@ import sqlite3
 from pathlib import Path
 from typing import Iterator
 
+from autotune import environment
 from autotune.device.disk import MIN_FREE_BYTES, free_bytes
 from autotune.errors import AutotuneError
 from autotune.study.urls import parse_storage_url, redact
@@ -57,7 +58,7 @@ def causes(exc: BaseException) -> Iterator[BaseException]:
 def storage_error(exc: BaseException, url: str, *, waited_s: float | None = None) -> StorageError | None:
     """The StorageError behind `exc` for the storage at `url`: one already made, or one made from
     the database driver's error; None when no storage failure is behind it. `waited_s`: how long
-    a lock was waited for, said in the message."""
+    a lock is waited for (AUTOTUNE_LOCK_WAIT_S), said in the message."""
     for cause in causes(exc):
         if isinstance(cause, StorageError):
             return cause
@@ -131,7 +132,7 @@ def _error(kind: str, url: str, detail: str, waited_s: float | None = None) -> S
         what = f"the file size limit ({format_bytes(limit)}, ulimit -f)" if limit is not None else "the file size limit"
         return StorageError(f"storage {shown}: {path} reached {what} ({detail}); raise the limit", kind)
     if kind == LOCKED:
-        waited = f", waited {waited_s:.0f} s" if waited_s is not None else ""
+        waited = f"; waited {waited_s:g} s, {environment.LOCK_WAIT_S}" if waited_s is not None else ""
         return StorageError(
             f"storage {shown}: the database is locked by another process ({detail}{waited}); close what holds it "
             "(a sqlite3 shell, a backup, another tuner)",
