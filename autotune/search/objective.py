@@ -51,6 +51,25 @@ class StudyNotWritable(BaseException):
         self.error = error
 
 
+class TrialTakenOver(BaseException):
+    """Raised from the objective when its trial was finished by another worker meanwhile: this
+    worker's heartbeats stood still past the grace period (it was paused, suspended, or cut off
+    from the database), so another worker failed the trial and queued it again. Nothing is
+    written over it. Not an Exception, for Optuna would then record it FAIL, and a finished trial
+    cannot be told again ("Cannot tell a FAIL trial"): `search.optimize` says so and goes on."""
+
+    def __init__(self, number: int, measured: record.TrialRecord | None) -> None:
+        result = (
+            f"this result ({measured.tokens_per_sec:,.0f} tok/s)"
+            if measured and measured.tokens_per_sec
+            else "its result"
+        )
+        super().__init__(
+            f"trial {number}: another worker failed it while this worker was stopped for longer than the heartbeat "
+            f"grace period, and queued it again; {result} is not recorded"
+        )
+
+
 def config_key(cfg: TrainConfig) -> str:
     """Identifies a configuration: the same knobs give the same key."""
     return json.dumps(cfg.to_dict(), sort_keys=True)
@@ -75,13 +94,17 @@ class Objective:
         # The running trial as it will be stored once measured, kept in memory for a study that
         # cannot be written (search.salvage); None until a figure is measured.
         self.measured: record.TrialRecord | None = None
+        self.calls = 0  # trials begun (search.optimize counts them)
 
     def __call__(self, trial: optuna.Trial) -> float:
         self.measured = None
+        self.calls += 1
         try:
             return self._trial(trial)
         except StorageError as exc:
             raise StudyNotWritable(exc) from exc
+        except optuna.exceptions.UpdateFinishedTrialError:
+            raise TrialTakenOver(trial.number, self.measured) from None
 
     def _trial(self, trial: optuna.Trial) -> float:
         reference = trial.user_attrs.get(REFERENCE_ATTR)

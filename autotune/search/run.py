@@ -32,7 +32,8 @@ from autotune.measure import outcomes
 from autotune.model.sizes import ModelDims
 from autotune.recipe.from_study import write_recipe
 from autotune.search.confirm import confirm_leaders
-from autotune.search.objective import Objective, StudyNotWritable, TrialFailed
+from autotune.search.objective import Objective, StudyNotWritable
+from autotune.search.optimize import optimize
 from autotune.search.references import enqueue_references
 from autotune.search.salvage import Salvage
 from autotune.search.sampler import PlannerSampler, study_sampler
@@ -380,14 +381,7 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     callbacks: list = [after_trial, settle]
     stop: KeyboardInterrupt | None = None
     try:
-        study.optimize(
-            objective,
-            n_trials=settings.trial_cap,
-            timeout=settings.timeout_s,
-            catch=(TrialFailed,),
-            callbacks=callbacks,
-            gc_after_trial=False,
-        )
+        optimize(study, objective, n_trials=settings.trial_cap, timeout_s=settings.timeout_s, callbacks=callbacks)
         if settings.confirm:
             confirm_leaders(study, summarize(study).leaders, ctx, reporter)
     except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP

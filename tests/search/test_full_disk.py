@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,8 @@ from autotune.recipe.recipe import Recipe
 from autotune.search.run import run_search
 from autotune.units import format_bytes
 from tests.attack_helpers import fake_trials
-from tests.helpers import load, repo_env, run_autotune, search_args, search_settings
+from tests.faked_tuner import SITE, larger_than_a_page
+from tests.helpers import load, run_autotune, search_args, search_settings, with_site
 
 FULL_AT = 3  # the fourth trial: after the references and a proposal of the planner's
 
@@ -28,11 +28,6 @@ FULL_AT = 3  # the fourth trial: after the references and a proposal of the plan
 def faster_each_time(m, index: int) -> None:
     """Each trial faster than the one before: the trial whose record fails is the best."""
     m.tokens_per_sec = 1000.0 * (index + 1)
-
-
-def larger_than_a_page(m) -> None:
-    """A measurement of many batch shapes: storing it needs the file to grow (more than a page)."""
-    m.extreme_shapes = [[1, width] for width in range(4000)]
 
 
 def opened_storages(monkeypatch) -> list:
@@ -88,38 +83,12 @@ def test_a_full_disk_mid_study_keeps_the_measured_trial_in_the_recipe_and_resume
     assert retry.state == TrialState.COMPLETE and retry.params == trials[FULL_AT].params
 
 
-# The tuner as a process, its trials faked: at the fourth, its study's file may no longer grow.
-ULIMIT_SITE = textwrap.dedent("""
-    import os, resource
-    import autotune.search.objective
-    from tests.attack_helpers import measurement
-    from autotune.trial.runner import TrialResult
-
-    runs = []
-
-    def run_trial(spec, cfg, **kwargs):
-        runs.append(cfg)
-        m = measurement(cfg, tokens_per_sec=1000.0 * len(runs))
-        if len(runs) == int(os.environ["FSIZE_AT"]) + 1:
-            limit = os.path.getsize(os.environ["FSIZE_DB"])
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-            m.extreme_shapes = [[1, width] for width in range(4000)]
-        return TrialResult("ok", None, m)
-
-    autotune.search.objective.run_trial = run_trial
-""")
-
-
 @pytest.mark.process  # a real RLIMIT_FSIZE: the kernel refuses the tuner's writes past it (EFBIG)
 def test_the_file_size_limit_mid_study_is_one_line_and_keeps_the_measured_trial(tmp_path):
     """`ulimit -f` reached by the study's file: the kernel sends SIGXFSZ, which Python ignores
     (CPython does at start), so the write fails with EFBIG, which SQLite reports as a disk I/O
     error: told as the file size limit, with the limit."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(ULIMIT_SITE)
-    env = repo_env(FSIZE_AT=str(FULL_AT), FSIZE_DB=str(tmp_path / "studies" / "s.db"))
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    env = with_site(tmp_path, SITE, FAKE_FSIZE_AT=str(FULL_AT), FAKE_FSIZE_DB=str(tmp_path / "studies" / "s.db"))
     args = search_args("sqlite:///studies/s.db", "s", 6, "--no-confirm")
     (tmp_path / "studies").mkdir()
     done = run_autotune(*args, cwd=tmp_path, env=env, timeout=300)
