@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages.journal import JournalStorage
+from optuna.trial import TrialState
 
 from autotune import environment
 from autotune.study.storage_errors import LOCKED, StorageError, causes, file_storage_error, storage_error
@@ -113,6 +114,41 @@ class GuardedRDBStorage(_Guarded, RDBStorage):
         self._lock_state = threading.Lock()
         self._guarded_call(RDBStorage.__init__, url, **kwargs)  # it reads the file: a lock is waited for here too
         self._heartbeat_failed = False
+        self._watched: dict[int, tuple[Any, float]] = {}  # trial id -> (its heartbeat, when first seen so)
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        """The running trials whose heartbeat this process has seen stand still for longer than
+        the grace period, by its own monotonic clock. Optuna compares the heartbeat's timestamp
+        with the database's now() instead, each read in its worker's session: a worker whose
+        session clock runs ahead (another time zone, PGTZ) saw a live trial hours old and failed
+        it. Whether a heartbeat still changes needs no clock. A trial is judged only after it
+        has been watched for the grace period: Optuna calls this before each trial, so a dead
+        worker's trial is failed within the grace period and two trials of the watching worker."""
+        beats = self._guarded_call(GuardedRDBStorage._heartbeats, study_id)
+        now = time.monotonic()
+        watched = {}
+        for trial_id, beat in beats.items():
+            seen, since = self._watched.get(trial_id, (None, now))
+            watched[trial_id] = (beat, since if seen == beat else now)
+        self._watched = watched
+        grace = self.grace_period or 2 * (self.heartbeat_interval or 0)
+        return [trial_id for trial_id, (_, since) in watched.items() if now - since > grace]
+
+    def _heartbeats(self, study_id: int) -> dict[int, Any]:
+        """The last heartbeat of each running trial of the study that has one (Optuna's table:
+        it has no public reader)."""
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        beat = models.TrialHeartbeatModel
+        with _create_scoped_session(self.scoped_session) as session:
+            rows = (
+                session.query(beat.trial_id, beat.heartbeat)
+                .join(models.TrialModel, models.TrialModel.trial_id == beat.trial_id)
+                .filter(models.TrialModel.study_id == study_id, models.TrialModel.state == TrialState.RUNNING)
+                .all()
+            )
+        return {trial_id: value for trial_id, value in rows}
 
     def record_heartbeat(self, trial_id: int) -> None:
         """One heartbeat, from Optuna's heartbeat thread. It never waits for a lock and never

@@ -5,11 +5,15 @@ A storage file's folder must exist, except the default `studies/`, which autotun
 
 Heartbeats (RDB storages): each worker's tuner records a heartbeat for its running trial
 every AUTOTUNE_HEARTBEAT_S seconds (default 30) from a thread, whatever the trial is doing.
-A trial whose heartbeat is older than GRACE_INTERVALS heartbeats (default 120 s) belongs to
-a worker that is gone (killed, host lost): the next worker to start a trial fails it and
-queues one retry. So a killed worker's trial is retried after the grace period plus, at
-most, the length of one trial of a surviving worker. On one host `journal:` has no
-heartbeats; there `study.lifecycle.fail_orphaned_trials` fails a dead tuner's trial at resume.
+A trial whose heartbeat a worker has seen stand still for GRACE_INTERVALS heartbeats (default
+120 s), by that worker's own monotonic clock, belongs to a worker that is gone (killed, host
+lost): that worker fails it before its next trial and queues one retry. Timestamps are never
+compared (`study.guarded`: a worker's clock or time zone may differ), so a live trial is never
+failed for another host's clock; a killed worker's trial is retried after the grace period
+plus, at most, the length of two trials of a surviving worker. A worker only paused past the
+grace period finds its trial taken over when it resumes, and goes on (`search.optimize`). On
+one host `journal:` has no heartbeats; there `study.lifecycle.fail_orphaned_trials` fails a
+dead tuner's trial at resume.
 """
 
 from __future__ import annotations

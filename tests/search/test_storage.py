@@ -316,3 +316,61 @@ def _quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         yield
+
+
+# Worker B's clocks a day ahead: Python's (time, datetime), and the database's as B's session
+# reads it (PGTZ: PostgreSQL's now() and the heartbeats it writes are in the session's zone;
+# 23:59 ahead, as Python's tzinfo, which psycopg2 makes of it, stops short of a day).
+SKEWED_CLOCK = textwrap.dedent("""
+    import datetime, time
+    DAY = 86400.0
+    _time = time.time
+    time.time = lambda: _time() + DAY
+    class _Ahead(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime.fromtimestamp(_time() + DAY, tz)
+    datetime.datetime = _Ahead
+""")
+SKEWED_CHECKER = textwrap.dedent("""
+    import sys, time, warnings, optuna, sqlalchemy
+    from autotune.study.storage import GRACE_INTERVALS, default_grace_period_s, open_storage
+    warnings.simplefilter("ignore")
+    url, name, number = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    storage = open_storage(url, grace_period_s=default_grace_period_s())
+    study = optuna.load_study(study_name=name, storage=storage)
+    trial_id = study.trials[number]._trial_id
+    beats, last = 0, None
+    while beats <= 2 * GRACE_INTERVALS and study.trials[number].state.name == "RUNNING":
+        optuna.storages.fail_stale_trials(study)  # as before each of its own trials
+        with storage.engine.connect() as db:
+            beat = db.execute(sqlalchemy.text("SELECT heartbeat FROM trial_heartbeats WHERE trial_id = :t"),
+                              {"t": trial_id}).scalar()
+        beats, last = beats + (beat != last), beat
+        time.sleep(0.2)
+    print(study.trials[number].state.name, flush=True)
+""")
+
+
+@pytest.mark.postgres
+@pytest.mark.process
+def test_a_worker_whose_clock_runs_a_day_ahead_never_fails_a_live_trial(postgres, tmp_path):
+    """B, a day ahead, checks A's live trial for stale heartbeats before each of its trials (here
+    over and over, while it sees A's heartbeat advance twice the grace period's beats): the trial
+    is left alone, and A completes it."""
+    name = f"skew-{uuid.uuid4().hex[:6]}"
+    a = held_tuner(postgres, tmp_path / "a", name, 1)
+    held = running_trial(postgres.url, name)
+    b_env = with_site(tmp_path / "b", SKEWED_CLOCK, AUTOTUNE_HEARTBEAT_S="1", PGTZ="UTC-23:59")
+    b = subprocess.run(
+        [sys.executable, "-c", SKEWED_CHECKER, postgres.url, name, str(held.number)],
+        env=b_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    (tmp_path / "a" / "go").touch()
+    done = finish(a, timeout=300)
+    assert b.stdout == "RUNNING\n", b.stderr[-3000:]
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert load(postgres.url, name).trials[held.number].state == TrialState.COMPLETE
