@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 LOCK_ATTEMPT_S = 1.0  # SQLite's busy timeout in one attempt
 LOCK_PAUSE_S = 0.1  # between attempts
 
+
+def sqlite_connect_args() -> dict[str, Any]:
+    """SQLite's busy timeout for one attempt (the driver's default is 5 s); the guard tries again."""
+    return {"timeout": LOCK_ATTEMPT_S}
+
+
 # What Optuna's cached storage (which wraps every RDBStorage a study uses) calls on it beyond the
 # public methods of a storage (`optuna/storages/_cached_storage.py`).
 RDB_PRIVATE_CALLS = ("_create_new_trial", "_get_best_trial_id", "_get_trials", "_set_trial_param")
@@ -168,11 +174,6 @@ class GuardedRDBStorage(_Guarded, RDBStorage):
     def _first_line(self, exc: BaseException) -> str:
         lines = str(exc).strip().splitlines()
         return redact_text(f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__, self.shown_url)
-
-
-def sqlite_connect_args() -> dict[str, Any]:
-    """SQLite's busy timeout for one attempt (the driver's default is 5 s); the guard tries again."""
-    return {"timeout": LOCK_ATTEMPT_S}
 
 
 class GuardedJournalStorage(_Guarded, JournalStorage):
