@@ -17,12 +17,14 @@ from autotune.errors import UsageError
 from autotune.units import shown
 
 HEARTBEAT_S = "AUTOTUNE_HEARTBEAT_S"
+LOCK_WAIT_S = "AUTOTUNE_LOCK_WAIT_S"
 MAX_NUM_WORKERS = "AUTOTUNE_MAX_NUM_WORKERS"
 TRIAL_START = "AUTOTUNE_TRIAL_START"
 STORAGE = "AUTOTUNE_STORAGE"
 TRIAL_TOKEN = "AUTOTUNE_TRIAL_TOKEN"
 
 MAX_HEARTBEAT_S = 24 * 3600  # a beat a day already lets a dead worker's trial wait four days
+MAX_LOCK_WAIT_S = 24 * 3600
 MAX_STORAGE_CHARS = 4096
 
 
@@ -64,6 +66,12 @@ VARIABLES: dict[str, Variable] = {
             f"a whole number of seconds from 1 to {MAX_HEARTBEAT_S}",
             _whole(1, MAX_HEARTBEAT_S),
             default=30,
+        ),
+        Variable(
+            LOCK_WAIT_S,
+            f"a whole number of seconds from 0 to {MAX_LOCK_WAIT_S}",
+            _whole(0, MAX_LOCK_WAIT_S),
+            default=120,  # a backup or a short transaction passes; a forgotten open transaction does not
         ),
         Variable(
             MAX_NUM_WORKERS,

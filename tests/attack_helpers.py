@@ -7,7 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from click.testing import CliRunner
 
@@ -41,9 +41,19 @@ def measurement(
     )
 
 
-def fake_trials(monkeypatch, *, delay_s: float = 0.0, peak: int = 10**8, calls: list | None = None) -> None:
+def fake_trials(
+    monkeypatch,
+    *,
+    delay_s: float = 0.0,
+    peak: int = 10**8,
+    calls: list | None = None,
+    each: Callable[[Measurement, int], None] | None = None,
+) -> None:
     """Every trial (and the re-measurements of the leaders) measures at once: ok, tokens/s from the token
-    budget (so there is a best), the given peak memory."""
+    budget (so there is a best), the given peak memory. `each(measurement, index)`, when given, sees
+    each run's measurement (index: 0 for the first run) before the tuner does: it may change it, or
+    do something to the world at that moment (fill a disk, lock a database)."""
+    runs: list[int] = []
 
     def run_trial(spec, cfg, **kwargs):
         if calls is not None:
@@ -51,6 +61,9 @@ def fake_trials(monkeypatch, *, delay_s: float = 0.0, peak: int = 10**8, calls: 
         if delay_s:
             time.sleep(delay_s)
         m = measurement(cfg, tokens_per_sec=float(cfg.token_budget), peak=peak)
+        if each is not None:
+            each(m, len(runs))
+        runs.append(1)
         outcome, reason = outcomes.decide_measured(peak, spec.memory_limit_bytes)
         m.outcome, m.reason = outcome, reason
         return TrialResult(outcome, reason, m, 0.1, {"total": 0.1})

@@ -159,15 +159,22 @@ if os.environ.get(%r):
 """ % (IMPORTS_RECORD_ENV, IMPORTS_RECORD_ENV)
 
 
-def recording_imports(where: Path) -> dict[str, str]:
-    """repo_env(), in which every Python process that exits normally writes
-    where/<pid>.json: its argv and whether it imported torch (a sitecustomize, as
-    cuda_fakes.child_env installs its fakes). Forked trials end with os._exit: not recorded."""
+def with_site(where: Path, code: str, **extra: str) -> dict[str, str]:
+    """repo_env(**extra) for Python processes that run `code` as they start: a sitecustomize in
+    where/site (as cuda_fakes.child_env installs its fakes), to inject a fault from inside a
+    process (its trials faked, its clock skewed)."""
     site = where / "site"
     site.mkdir(parents=True, exist_ok=True)
-    (site / "sitecustomize.py").write_text(_RECORDING_SITE)
-    env = repo_env()
-    return {**env, "PYTHONPATH": os.pathsep.join([str(site), env["PYTHONPATH"]]), IMPORTS_RECORD_ENV: str(where)}
+    (site / "sitecustomize.py").write_text(code)
+    env = repo_env(**extra)
+    return {**env, "PYTHONPATH": os.pathsep.join([str(site), env["PYTHONPATH"]])}
+
+
+def recording_imports(where: Path) -> dict[str, str]:
+    """repo_env(), in which every Python process that exits normally writes
+    where/<pid>.json: its argv and whether it imported torch. Forked trials end with os._exit:
+    not recorded."""
+    return with_site(where, _RECORDING_SITE, **{IMPORTS_RECORD_ENV: str(where)})
 
 
 def recorded_imports(where: Path) -> list[dict]:

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 BAD = {
     environment.HEARTBEAT_S: ["1" + "0" * 30, "0", "-5", "soon", "9" * 5000, "1e3"],
+    environment.LOCK_WAIT_S: ["-1", "86401", "2m", "9" * 5000],
     environment.MAX_NUM_WORKERS: ["-1", "1025", "many", "9" * 5000],
     environment.TRIAL_START: ["forkk", "Exec", "spawn"],
     environment.STORAGE: ["sqlite:///a.db\n\x1b[2J", "x" * 5000],

@@ -626,11 +626,11 @@ def write_report(study: optuna.Study, out_dir: str | Path, storage: str | None =
     shown as given: pass it redacted."""
     require_matplotlib()
     out = check_output_folder(out_dir, REPORT_FILES, what="--out")
+    summary = summarize(study)  # first: a study that cannot be read leaves no empty folder behind
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AutotuneError(f"cannot create {out}: {exc.strerror}") from None
-    summary = summarize(study)
     importance = knob_importance(study)
     figures = {
         "history": history_figure(study, summary),

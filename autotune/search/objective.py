@@ -28,6 +28,7 @@ from autotune.study.leaders import objective_value
 from autotune.study.lifecycle import StudyContext
 from autotune.study.record import read_trials
 from autotune.study.references import REFERENCE_ATTR
+from autotune.study.storage_errors import StorageError
 from autotune.trial.processes import stop_signal_of
 from autotune.trial.runner import TrialResult, run_trial
 
@@ -36,6 +37,37 @@ log = logging.getLogger(__name__)
 
 class TrialFailed(Exception):
     """Raised from the objective for timeout/crashed/interrupted: Optuna records FAIL."""
+
+
+class StudyNotWritable(BaseException):
+    """Raised from the objective when the study cannot be written (a full disk, a lock held past
+    the wait): the search stops. Not an Exception, so that Optuna lets it through instead of
+    recording the trial FAIL, which is final (a measured trial would be lost for good, and the
+    record of the failure cannot be written either): the trial stays RUNNING, and the next
+    search fails it as interrupted and measures it again, as after a kill."""
+
+    def __init__(self, error: StorageError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class TrialTakenOver(BaseException):
+    """Raised from the objective when its trial was finished by another worker meanwhile: this
+    worker's heartbeats stood still past the grace period (it was paused, suspended, or cut off
+    from the database), so another worker failed the trial and queued it again. Nothing is
+    written over it. Not an Exception, for Optuna would then record it FAIL, and a finished trial
+    cannot be told again ("Cannot tell a FAIL trial"): `search.optimize` says so and goes on."""
+
+    def __init__(self, number: int, measured: record.TrialRecord | None) -> None:
+        result = (
+            f"this result ({measured.tokens_per_sec:,.0f} tok/s)"
+            if measured and measured.tokens_per_sec
+            else "its result"
+        )
+        super().__init__(
+            f"trial {number}: another worker failed it while this worker was stopped for longer than the heartbeat "
+            f"grace period, and queued it again; {result} is not recorded"
+        )
 
 
 def config_key(cfg: TrainConfig) -> str:
@@ -59,8 +91,22 @@ class Objective:
         self.trial_env = trial_env
         self.memory_model = memory_model
         self.prune_below: float | None = None  # this trial's: the planner's best less a margin
+        # The running trial as it will be stored once measured, kept in memory for a study that
+        # cannot be written (search.salvage); None until a figure is measured.
+        self.measured: record.TrialRecord | None = None
+        self.calls = 0  # trials begun (search.optimize counts them)
 
     def __call__(self, trial: optuna.Trial) -> float:
+        self.measured = None
+        self.calls += 1
+        try:
+            return self._trial(trial)
+        except StorageError as exc:
+            raise StudyNotWritable(exc) from exc
+        except optuna.exceptions.UpdateFinishedTrialError:
+            raise TrialTakenOver(trial.number, self.measured) from None
+
+    def _trial(self, trial: optuna.Trial) -> float:
         reference = trial.user_attrs.get(REFERENCE_ATTR)
         if reference:
             cfg, notes = reference_config(reference, self.ctx.space.seq_len, self.ctx.capabilities)
@@ -153,19 +199,31 @@ class Objective:
 
     def _record(self, trial: optuna.Trial, result: TrialResult) -> float:
         m = result.measurement
-        record.write_result(trial, result.outcome, result.reason, m, phase_s=result.phase_s, wall_s=result.wall_s)
-        limit = self.ctx.memory_limit_bytes
         how = outcomes.recording(result.outcome, has_rate=result.tokens_per_sec is not None)
+        constraint = self._constraint(how, result)
+
+        def write(target) -> None:  # the trial, or its copy in memory
+            record.write_result(target, result.outcome, result.reason, m, phase_s=result.phase_s, wall_s=result.wall_s)
+            if constraint is not None:
+                target.set_constraint(record.MEMORY, constraint)
+
+        value = objective_value(m.to_dict(), self.ctx.objective) if how is outcomes.Recording.MEASURED else None
+        if value is not None:
+            self.measured = record.as_completed(trial, float(value), write)
+        write(trial)
         if how is outcomes.Recording.MEASURED:
-            peak = result.peak_memory_bytes
-            trial.set_constraint(record.MEMORY, outcomes.memory_constraint(peak, limit, self.ctx.memory_headroom))
-            value = objective_value(m.to_dict(), self.ctx.objective)
             if value is None:  # tokens_per_joule, and this run read no energy (energy_note says why)
                 raise TrialFailed(f"no {self.ctx.objective} figure: {m.energy_note or 'no energy reading'}")
             return float(value)
         if how is outcomes.Recording.INFEASIBLE:
-            trial.set_constraint(record.MEMORY, 1.0)
             return 0.0
         if how is outcomes.Recording.PRUNED:
             raise optuna.TrialPruned(result.reason)
         raise TrialFailed(f"{result.outcome}: {(result.reason or '').splitlines()[0] if result.reason else ''}")
+
+    def _constraint(self, how: outcomes.Recording, result: TrialResult) -> float | None:
+        """The trial's memory constraint: from its peak when measured, 1 when it did not fit."""
+        if how is outcomes.Recording.MEASURED:
+            limit, headroom = self.ctx.memory_limit_bytes, self.ctx.memory_headroom
+            return outcomes.memory_constraint(result.peak_memory_bytes, limit, headroom)
+        return 1.0 if how is outcomes.Recording.INFEASIBLE else None

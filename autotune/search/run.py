@@ -32,8 +32,10 @@ from autotune.measure import outcomes
 from autotune.model.sizes import ModelDims
 from autotune.recipe.from_study import write_recipe
 from autotune.search.confirm import confirm_leaders
-from autotune.search.objective import Objective, TrialFailed
+from autotune.search.objective import Objective, StudyNotWritable
+from autotune.search.optimize import optimize
 from autotune.search.references import enqueue_references
+from autotune.search.salvage import Salvage
 from autotune.search.sampler import PlannerSampler, study_sampler
 from autotune.search.settings import SearchSettings
 from autotune.search.stopping import SearchStop, budget_stop, interrupted_stop, settled_stop
@@ -50,7 +52,6 @@ from autotune.study.urls import (
     is_sqlite,
     parse_storage_url,
     redact,
-    redact_text,
 )
 from autotune.trial import folders
 from autotune.trial.processes import exit_code_for, process_alive, stop_signal_of
@@ -349,8 +350,6 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
 
 
 def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> SearchResult:
-    import sqlalchemy.exc
-
     opened = open_search(settings)
     study, ctx, name, url = opened.study, opened.ctx, opened.name, opened.url
     if is_sqlite(url):
@@ -359,11 +358,13 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     objective = Objective(
         ctx, on_running=reporter.trial_started if reporter else None, memory_model=settings.memory_model
     )
+    salvage = Salvage(study, name, url, recipe_path(settings, name))
     ran = 0
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
         nonlocal ran
         ran += 1
+        salvage.finished(trial)
         if reporter:
             reporter.trial_finished(TrialRecord.read(trial, study.user_attrs), summarize(study))
 
@@ -380,29 +381,16 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     callbacks: list = [after_trial, settle]
     stop: KeyboardInterrupt | None = None
     try:
-        study.optimize(
-            objective,
-            n_trials=settings.trial_cap,
-            timeout=settings.timeout_s,
-            catch=(TrialFailed,),
-            callbacks=callbacks,
-            gc_after_trial=False,
-        )
+        optimize(study, objective, n_trials=settings.trial_cap, timeout_s=settings.timeout_s, callbacks=callbacks)
         if settings.confirm:
             confirm_leaders(study, summarize(study).leaders, ctx, reporter)
     except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
         stop = exc
-    except sqlalchemy.exc.SQLAlchemyError as exc:  # a database that filled up or went away mid-study
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise AutotuneError(
-            f"storage {redact(url)}: cannot write the study ({redact_text(first[:200], url)}); "
-            "the trials recorded so far are kept"
-        ) from None
-    except OSError as exc:  # a full or read-only disk mid-study (journal file, a trial's temporary folder)
-        where = f" {exc.filename}" if exc.filename else ""
-        raise AutotuneError(
-            f"the search stopped: cannot write{where} ({exc.strerror or exc}); the trials recorded so far are kept"
-        ) from None
+    except (Exception, StudyNotWritable) as exc:  # the study's storage, or a disk, failed mid-study
+        failure = salvage.failure(exc)
+        if failure is None:
+            raise
+        raise salvage.stopped(failure, objective.measured) from None
     summary = summarize(study)
     path = None
     if summary.best is not None:

@@ -21,7 +21,7 @@ they differ. Torch-free."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from optuna.trial import FrozenTrial, TrialState
 
@@ -219,10 +219,32 @@ class TrialRecord:
         return f"#{self.number}" + (f" ({by})" if by else "")
 
 
-def read_trials(study: "optuna.Study") -> list[TrialRecord]:
-    """Every trial of `study`, as records, in trial order."""
-    attrs = study.user_attrs
+def read_trials(study: "optuna.Study", study_attrs: Mapping[str, Any] | None = None) -> list[TrialRecord]:
+    """Every trial of `study`, as records, in trial order (`study_attrs`: the study's, when read
+    already)."""
+    attrs = study.user_attrs if study_attrs is None else study_attrs
     return [TrialRecord.read(t, attrs) for t in study.get_trials(deepcopy=False)]
+
+
+def as_completed(trial: "optuna.Trial", value: float, write: Callable[[Any], None]) -> TrialRecord:
+    """The record `trial` has once `write(trial)` has written its result and Optuna has stored
+    `value`, made in memory from what the trial holds (no storage is read): what a search keeps
+    of a measured trial in case its study cannot be written (`search.salvage`)."""
+    frozen = FrozenTrial(
+        number=trial.number,
+        state=TrialState.COMPLETE,
+        value=value,
+        datetime_start=trial.datetime_start,
+        datetime_complete=None,
+        params=trial.params,
+        distributions=trial.distributions,
+        user_attrs=trial.user_attrs,
+        system_attrs={},
+        intermediate_values={},
+        trial_id=-1,
+    )
+    write(frozen)  # a FrozenTrial takes user attrs and constraints as a trial does
+    return TrialRecord.read(frozen)
 
 
 # --- writing: what a trial's attrs say, in one place -----------------------------------------------

@@ -5,11 +5,15 @@ A storage file's folder must exist, except the default `studies/`, which autotun
 
 Heartbeats (RDB storages): each worker's tuner records a heartbeat for its running trial
 every AUTOTUNE_HEARTBEAT_S seconds (default 30) from a thread, whatever the trial is doing.
-A trial whose heartbeat is older than GRACE_INTERVALS heartbeats (default 120 s) belongs to
-a worker that is gone (killed, host lost): the next worker to start a trial fails it and
-queues one retry. So a killed worker's trial is retried after the grace period plus, at
-most, the length of one trial of a surviving worker. On one host `journal:` has no
-heartbeats; there `study.lifecycle.fail_orphaned_trials` fails a dead tuner's trial at resume.
+A trial whose heartbeat a worker has seen stand still for GRACE_INTERVALS heartbeats (default
+120 s), by that worker's own monotonic clock, belongs to a worker that is gone (killed, host
+lost): that worker fails it before its next trial and queues one retry. Timestamps are never
+compared (`study.guarded`: a worker's clock or time zone may differ), so a live trial is never
+failed for another host's clock; a killed worker's trial is retried after the grace period
+plus, at most, the length of two trials of a surviving worker. A worker only paused past the
+grace period finds its trial taken over when it resumes, and goes on (`search.optimize`). On
+one host `journal:` has no heartbeats; there `study.lifecycle.fail_orphaned_trials` fails a
+dead tuner's trial at resume.
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ from typing import Any, Iterator
 
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
-from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock, JournalStorage
+from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
 from autotune import environment
 from autotune.device.disk import check_writable
 from autotune.errors import UsageError
+from autotune.study.guarded import GuardedJournalStorage, GuardedRDBStorage, sqlite_connect_args
 from autotune.study.journal import recover_journal
+from autotune.study.storage_errors import storage_error
 from autotune.study.urls import (
     STUDIES_DIR,
     check_study_name,
@@ -131,7 +137,7 @@ def open_storage(url: str, *, grace_period_s: int | None = None, create: bool = 
             if message:
                 log.warning("%s", message)
             lock = JournalFileOpenLock(str(parsed.path))
-            return JournalStorage(JournalFileBackend(str(parsed.path), lock_obj=lock))
+            return GuardedJournalStorage(JournalFileBackend(str(parsed.path), lock_obj=lock), shown_url=url)
         heartbeat = {}
         if grace_period_s is not None and not parsed.in_memory:
             interval = heartbeat_interval_s()
@@ -140,13 +146,20 @@ def open_storage(url: str, *, grace_period_s: int | None = None, create: bool = 
                 grace_period=max(grace_period_s, 2 * interval),
                 heartbeat_stale_trial_callback=RetryStaleTrial(max_retry=1),
             )
-        engine = {"connect_args": {"connect_timeout": 10}} if url.startswith("postgres") else None
-        storage = _rdb_storage(with_driver(url), engine, heartbeat)
+        engine, lock_wait = None, None
+        if url.startswith("postgres"):
+            engine = {"connect_args": {"connect_timeout": 10}}
+        elif parsed.kind == "sqlite":
+            engine, lock_wait = {"connect_args": sqlite_connect_args()}, environment.value(environment.LOCK_WAIT_S)
+        storage = _rdb_storage(url, engine, heartbeat, lock_wait)
         check_schema(storage, url)
         return storage
     except UsageError:
         raise
     except Exception as exc:
+        known = storage_error(exc, url)  # a damaged file, a lock: said as every command says them
+        if known is not None:
+            raise known from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"storage {redact(url)}: cannot open it ({redact_text(first, url)})") from None
 
@@ -154,7 +167,9 @@ def open_storage(url: str, *, grace_period_s: int | None = None, create: bool = 
 SCHEMA_ATTEMPTS = 5
 
 
-def _rdb_storage(url: str, engine: dict[str, Any] | None, heartbeat: dict[str, Any]) -> RDBStorage:
+def _rdb_storage(
+    url: str, engine: dict[str, Any] | None, heartbeat: dict[str, Any], lock_wait_s: int | None = None
+) -> RDBStorage:
     """RDBStorage creates Optuna's tables on first use. Workers starting together on a fresh
     database race to create them, and all but one fail on a duplicate table or type: those
     try again, and find the tables there."""
@@ -163,7 +178,14 @@ def _rdb_storage(url: str, engine: dict[str, Any] | None, heartbeat: dict[str, A
     for attempt in range(SCHEMA_ATTEMPTS):
         try:
             with _quiet_experimental():
-                return RDBStorage(url, engine_kwargs=engine, skip_compatibility_check=True, **heartbeat)
+                return GuardedRDBStorage(
+                    with_driver(url),
+                    shown_url=url,
+                    lock_wait_s=lock_wait_s,
+                    engine_kwargs=engine,
+                    skip_compatibility_check=True,
+                    **heartbeat,
+                )
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
             if attempt == SCHEMA_ATTEMPTS - 1:
                 raise

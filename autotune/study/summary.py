@@ -6,6 +6,7 @@ they cannot disagree. Torch-free."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import optuna
 
@@ -56,9 +57,15 @@ class StudySummary:
 
 
 def summarize(study: optuna.Study) -> StudySummary:
-    records = read_trials(study)
+    attrs = study.user_attrs
+    return summarize_records(study.study_name, read_trials(study, attrs), attrs)
+
+
+def summarize_records(name: str, records: list[TrialRecord], attrs: Mapping[str, Any]) -> StudySummary:
+    """A study's summary from its records and attrs, read already (or known otherwise: a search
+    whose storage stopped answering, `search.salvage`)."""
     feasible = [r for r in records if r.feasible]
-    leaders = leaders_.study_leaders(feasible, study.user_attrs)
+    leaders = leaders_.study_leaders(feasible, attrs)
     chosen = leaders_.winner(leaders)
     best = next(r for r in feasible if r.number == chosen.number) if chosen else None
     counts: dict[str, int] = {}
@@ -66,9 +73,9 @@ def summarize(study: optuna.Study) -> StudySummary:
         outcome = str(r.outcome) if r.outcome else r.state.name.lower()  # running, waiting
         counts[outcome] = counts.get(outcome, 0) + 1
 
-    def reference(name: str) -> TrialRecord | None:
+    def reference(which: str) -> TrialRecord | None:
         # measured: ok, or over the limit with a rate (not one the RSS watchdog stopped early)
-        done = [r for r in records if r.reference == name and r.measured]
+        done = [r for r in records if r.reference == which and r.measured]
         return done[0] if done else None
 
-    return StudySummary(study.study_name, best, reference(BASELINE), reference(CHECKLIST), counts, records, leaders)
+    return StudySummary(name, best, reference(BASELINE), reference(CHECKLIST), counts, records, leaders)

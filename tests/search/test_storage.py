@@ -4,25 +4,37 @@ and passwords, never shown."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 import uuid
+import warnings
+from pathlib import Path
 
 import optuna
 import pytest
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import UsageError
 from autotune.study.storage import RetryStaleTrial, default_grace_period_s, load_ref, open_storage
 from autotune.study.urls import redact, split_ref
+from tests.faked_tuner import SITE
 from tests.helpers import (
+    finish,
     invoke,
+    load,
     repo_env,
     run_autotune,
     run_together,
+    search_args,
+    start_tuner,
+    wait_for,
+    with_site,
 )
 
 
@@ -234,3 +246,131 @@ def test_the_password_never_shows_in_output_logs_recipes_or_reports(postgres_two
     recipe = json.loads((run.cwd / "recipes" / f"{run.study}.json").read_text())
     assert recipe["study"]["storage"] == redact(run.url) and "***" in recipe["study"]["storage"]
     assert json.loads(show.stdout)["study"] == run.study
+
+
+# --- a live worker's trial, judged from another host ---------------------------------------------------------
+
+
+def held_tuner(postgres, where: Path, name: str, n_trials: int) -> subprocess.Popen:
+    """Worker A: `autotune search` on PostgreSQL in `where`, a heartbeat a second (grace 4 s), its
+    trials faked (tests.faked_tuner): the first waits for where/go, after writing where/running."""
+    where.mkdir(exist_ok=True)
+    env = with_site(where, SITE, FAKE_HOLD_DIR=str(where), AUTOTUNE_HEARTBEAT_S="1")
+    tuner = start_tuner(
+        *search_args(postgres.url, name, n_trials, "--no-confirm"), "--memory-limit", "1GiB", cwd=where, env=env
+    )
+    wait_for(lambda: (where / "running").exists() or tuner.poll() is not None, 120, "A's first trial")
+    assert tuner.poll() is None, tuner.communicate()[1][-3000:]
+    return tuner
+
+
+def running_trial(url: str, name: str) -> FrozenTrial:
+    (trial,) = [t for t in load(url, name).trials if t.state == TrialState.RUNNING]
+    return trial
+
+
+@pytest.mark.postgres
+@pytest.mark.process
+def test_a_worker_paused_past_the_grace_period_leaves_its_trial_to_the_retry_and_goes_on(
+    postgres, tmp_path, monkeypatch
+):
+    """A is stopped (SIGSTOP) mid-trial; B fails A's trial once its heartbeat has stood still for
+    the grace period, and queues its retry. A, resumed, finds its trial failed: it writes nothing
+    over it, says so in one line and goes on with its next trials."""
+    monkeypatch.setenv("AUTOTUNE_HEARTBEAT_S", "1")  # B's too: grace 4 s
+    name = f"paused-{uuid.uuid4().hex[:6]}"
+    a = held_tuner(postgres, tmp_path, name, 3)
+    held = running_trial(postgres.url, name)
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        b = optuna.load_study(study_name=name, storage=open_storage(postgres.url, grace_period_s=4))
+        with _quiet():
+            wait_for(lambda: fail_stale(b, held.number), 60, "B failing A's trial")
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    (tmp_path / "go").touch()
+    done = finish(a, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if f"trial {held.number}:" in line]
+    assert said == [
+        f"WARNING autotune.search.optimize: trial {held.number}: another worker failed it while this worker was "
+        "stopped for longer than the heartbeat grace period, and queued it again; this result (1,000 tok/s) is "
+        "not recorded"
+    ]
+    trials = load(postgres.url, name).trials
+    assert trials[held.number].state == TrialState.FAIL and "outcome" not in trials[held.number].user_attrs
+    (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == held.number]
+    assert retry.state == TrialState.COMPLETE and retry.params == held.params
+    assert sum(t.user_attrs.get("tuner_pid") == a.pid for t in trials if t.state == TrialState.COMPLETE) == 2
+
+
+def fail_stale(study: optuna.Study, number: int) -> bool:
+    """B's check (as before each of its trials): True once trial `number` is failed."""
+    optuna.storages.fail_stale_trials(study)
+    return study.trials[number].state == TrialState.FAIL
+
+
+@contextlib.contextmanager
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+# Worker B's clocks a day ahead: Python's (time, datetime), and the database's as B's session
+# reads it (PGTZ: PostgreSQL's now() and the heartbeats it writes are in the session's zone;
+# 23:59 ahead, as Python's tzinfo, which psycopg2 makes of it, stops short of a day).
+SKEWED_CLOCK = textwrap.dedent("""
+    import datetime, time
+    DAY = 86400.0
+    _time = time.time
+    time.time = lambda: _time() + DAY
+    class _Ahead(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime.fromtimestamp(_time() + DAY, tz)
+    datetime.datetime = _Ahead
+""")
+SKEWED_CHECKER = textwrap.dedent("""
+    import sys, time, warnings, optuna, sqlalchemy
+    from autotune.study.storage import GRACE_INTERVALS, default_grace_period_s, open_storage
+    warnings.simplefilter("ignore")
+    url, name, number = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    storage = open_storage(url, grace_period_s=default_grace_period_s())
+    study = optuna.load_study(study_name=name, storage=storage)
+    trial_id = study.trials[number]._trial_id
+    beats, last = 0, None
+    while beats <= GRACE_INTERVALS + 1 and study.trials[number].state.name == "RUNNING":  # past the grace
+        optuna.storages.fail_stale_trials(study)  # as before each of its own trials
+        with storage.engine.connect() as db:
+            beat = db.execute(sqlalchemy.text("SELECT heartbeat FROM trial_heartbeats WHERE trial_id = :t"),
+                              {"t": trial_id}).scalar()
+        beats, last = beats + (beat != last), beat
+        time.sleep(0.2)
+    print(study.trials[number].state.name, flush=True)
+""")
+
+
+@pytest.mark.postgres
+@pytest.mark.process
+def test_a_worker_whose_clock_runs_a_day_ahead_never_fails_a_live_trial(postgres, tmp_path):
+    """B, a day ahead, checks A's live trial for stale heartbeats before each of its trials (here
+    over and over, while it sees A's heartbeat change six times: longer than the grace period of
+    four beats): the trial is left alone, and A completes it."""
+    name = f"skew-{uuid.uuid4().hex[:6]}"
+    a = held_tuner(postgres, tmp_path / "a", name, 1)
+    held = running_trial(postgres.url, name)
+    b_env = with_site(tmp_path / "b", SKEWED_CLOCK, AUTOTUNE_HEARTBEAT_S="1", PGTZ="UTC-23:59")
+    b = subprocess.run(
+        [sys.executable, "-c", SKEWED_CHECKER, postgres.url, name, str(held.number)],
+        env=b_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    (tmp_path / "a" / "go").touch()
+    done = finish(a, timeout=300)
+    assert b.stdout == "RUNNING\n", b.stderr[-3000:]
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert load(postgres.url, name).trials[held.number].state == TrialState.COMPLETE
