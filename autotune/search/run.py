@@ -33,7 +33,7 @@ from autotune.model.sizes import ModelDims
 from autotune.recipe.from_study import write_recipe
 from autotune.search.confirm import confirm_leaders
 from autotune.search.objective import Objective, TrialFailed
-from autotune.search.references import enqueue_references
+from autotune.search.references import enqueue_references, retry_interrupted_references
 from autotune.search.sampler import PlannerSampler, study_sampler
 from autotune.search.settings import SearchSettings
 from autotune.search.stopping import SearchStop, budget_stop, interrupted_stop, settled_stop
@@ -345,6 +345,8 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
     orphans = fail_orphaned_trials(study)
     if orphans:
         log.warning("failed %d trial(s) left running by a killed tuner: %s", len(orphans), orphans)
+    if not is_new and (retried := retry_interrupted_references(study)):
+        log.warning("running the interrupted reference trial(s) again: %s", ", ".join(retried))
     return OpenedStudy(study, is_new, ctx, name, url)
 
 
