@@ -350,6 +350,9 @@ class Recipe:
         Batching: "padded" groups sequences of similar length into batches of at most
         token_budget tokens (padding included); "fixed" takes token_budget // seq_len
         sequences padded to seq_len; "packed" concatenates and cuts windows of seq_len + 1.
+        An epoch is the whole data set: every document is packed (the stream is held in memory,
+        4 bytes a token; its remainder short of a window is a last, shorter window), and fixed
+        or packed rows left after the last full batch make one smaller batch.
 
         Lengths: when the dataset has a `lengths` attribute (lengths[i] == len(dataset[i]),
         or an upper bound of it) batches are planned from it without reading the data.

@@ -79,6 +79,7 @@ def recipe_dataloader(
         seq_len=int(seq_len),
         seed=seed,
         collate_fn=collate_fn,
+        whole_data=True,  # an epoch of training is every token of the data set, not a measurement's sample
     )
 
 
