@@ -357,13 +357,22 @@ def head_missing(model: Any) -> str:
 
 
 def _loss_rule(model: Any, k: Mapping[str, Any]) -> str | None:
-    if k["loss_impl"] == "chunked" and not callable(getattr(model, "linear_cross_entropy", None)):
+    if k["loss_impl"] == "chunked" and not takes_chunked_loss(model):
         return (
             f"chunked needs the model to compute its loss through a linear_cross_entropy(hidden, weight, "
-            f"labels) attribute that autotune can replace (autotune's GPT does); {type(model).__name__} "
-            "computes its loss itself"
+            f"labels) attribute that autotune can replace (autotune's GPT does), or a transformers causal LM "
+            f"(its lm_head over its decoder's hidden states); {type(model).__name__} computes its loss itself"
         )
     return None
+
+
+def takes_chunked_loss(model: Any) -> bool:
+    """The seam, or a transformers causal LM (its head and decoder: `model.hf_loss` gives it the
+    seam, and checks there that its logits are that head over the decoder's last hidden state)."""
+    model = getattr(model, "_orig_mod", model)
+    if callable(getattr(model, "linear_cross_entropy", None)):
+        return True
+    return callable(getattr(model, "get_output_embeddings", None)) and hasattr(model, "base_model_prefix")
 
 
 def _document_model_rule(model: Any, k: Mapping[str, Any]) -> str | None:
@@ -448,8 +457,9 @@ def _loss_note(impl: str, view: Any) -> str | None:
         return None
     return (
         "The recipe computes the head and the loss over chunks of tokens (loss_impl=chunked, the full logits "
-        "never held): recipe.apply_to_model(model) sets it on a model with a linear_cross_entropy seam "
-        "(autotune's GPT); a model that computes its own loss keeps its standard one."
+        "never held), which no argument sets: call recipe.apply_to_model(model), which sets it on autotune's GPT "
+        "and on a transformers causal LM (its loss from the decoder's hidden states and lm_head: a training call "
+        "with labels then returns .loss and no .logits)."
     )
 
 

@@ -214,3 +214,24 @@ def test_example_script_trains_on_cpu(recipe, tmp_path):
     assert proc.returncode == 0, proc.stderr
     steps = [line for line in proc.stdout.splitlines() if line.startswith("step")]
     assert len(steps) == 3 and all("loss" in line for line in steps)
+
+
+def test_a_document_mask_recipe_feeds_the_model_its_document_ids():
+    """attention_mask=document with `for_model=` (the README loop): batches carry the
+    `document_ids` the model's forward takes (they were (window, ids) pairs the collate could
+    not pad: a TypeError); a model whose forward takes none is told so in one line."""
+    from autotune.config import TrainConfig
+    from autotune.model.load import build_model
+    from autotune.recipe import Recipe
+
+    recipe = Recipe(config=TrainConfig(batching="packed", attention_mask="document", token_budget=4 * 128))
+    docs = [[1 + (i * 7 + j) % 300 for j in range(40)] for i in range(100)]
+    model = build_model("gpt2-tiny")
+    batch = next(iter(recipe.dataloader(docs, for_model=model)))
+    assert set(batch) == {"input_ids", "labels", "document_ids"}
+    assert batch["document_ids"].shape == batch["input_ids"].shape == (4, 128)
+    assert (batch["document_ids"][:, 0] == 0).all() and (batch["document_ids"].diff(dim=1) >= 0).all()
+    with torch.no_grad():  # FlexAttention runs forward on a CPU (its backward is CUDA's)
+        assert torch.isfinite(model(**batch))
+    with pytest.raises(UsageError, match="document needs a model whose forward takes document_ids"):
+        recipe.dataloader(docs, for_model=make_llama())
