@@ -431,10 +431,16 @@ def _hf_batching_note(batching: str, view: Any) -> str | None:
 def _sdpa_note(backend: str, view: Any) -> str | None:
     if backend == "auto":
         return None
-    return (
+    note = (
         f"The recipe forces the {backend} SDPA backend, which no argument sets: wrap training in "
         "torch.nn.attention.sdpa_kernel (see below)."
     )
+    if backend == "flash" and view.recipe.hardware.get("kind") == "cpu":
+        note += (
+            " A CPU's flash kernel runs no attention dropout (GPT-2 keeps 0.1): recipe.apply_to_model(model) "
+            "turns it off, or build the model with attn_pdrop=0 (attention_dropout=0)."
+        )
+    return note
 
 
 _LIGHTNING_PRECISION = {"bfloat16": "bf16-mixed", "float16": "16-mixed", "float32": "32-true", "tf32": "32-true"}
@@ -626,6 +632,10 @@ KNOBS: tuple[Knob, ...] = (
         "autotune.knobs.precision:sdpa_backend",
         choices=("auto", "math", "efficient", "flash", "cudnn"),
         device_rule=_sdpa_rule,
+        # What the forced kernel assumes of the model (attention through SDPA; no attention
+        # dropout under a CPU's flash), made so first, before anything wraps the attention.
+        apply="autotune.knobs.attention:apply_attention_knob",
+        apply_order=5,
         # FlashAttention-2 (Dao 2023); cuDNN as fast or faster on Hopper (PyTorch 2.5 release notes)
         prefer={"cuda": ("flash", "cudnn", "efficient", "auto", "math"), "cpu": ("flash", "math")},
         hf_note=_sdpa_note,

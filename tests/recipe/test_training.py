@@ -216,6 +216,27 @@ def test_example_script_trains_on_cpu(recipe, tmp_path):
     assert len(steps) == 3 and all("loss" in line for line in steps)
 
 
+@pytest.mark.process
+def test_example_script_trains_an_hf_gpt2_on_a_cpu_recipe(tmp_path):
+    """A CPU search's recipe (flash attention, the chunked loss) on `--model hf:gpt2-tiny`: the
+    first step failed with "No available kernel" (GPT-2's attention dropout), and before that
+    apply_to_model refused the chunked loss."""
+    path = save_recipe(cpu_recipe(sdpa_backend="flash", loss_impl="chunked", batching="packed"), tmp_path / "r.json")
+    command = [sys.executable, str(ROOT / "examples" / "train_gpt2.py"), "--model", "hf:gpt2-tiny"]
+    proc = subprocess.run(
+        [*command, "--steps", "3", "--recipe", str(path), "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    steps = [line for line in proc.stdout.splitlines() if line.startswith("step")]
+    assert len(steps) == 3 and all("loss" in line for line in steps)
+    assert "attention dropout 0.1 of GPT2LMHeadModel turned off" in proc.stderr  # said, once
+    assert proc.stderr.count("attention dropout") == 1
+
+
 def test_a_document_mask_recipe_feeds_the_model_its_document_ids():
     """attention_mask=document with `for_model=` (the README loop): batches carry the
     `document_ids` the model's forward takes (they were (window, ids) pairs the collate could
