@@ -192,28 +192,25 @@ def test_grad_scaler_only_for_float16(dtype, enabled):
     assert cpu_recipe(amp_dtype=dtype).grad_scaler("cpu").is_enabled() is enabled
 
 
-@pytest.mark.process
-def test_example_script_trains_on_cpu(recipe, tmp_path):
-    path = save_recipe(recipe, tmp_path / "r.json")
+def train_example(recipe_path, cwd, *args: str) -> subprocess.CompletedProcess:
+    """examples/train_gpt2.py for 3 steps on the CPU with this recipe: it must train them."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "train_gpt2.py"),
-            "--steps",
-            "3",
-            "--recipe",
-            str(path),
-            "--device",
-            "cpu",
-        ],
+        [sys.executable, str(ROOT / "examples" / "train_gpt2.py"), "--steps", "3", "--recipe", str(recipe_path)]
+        + ["--device", "cpu", *args],
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=tmp_path,
+        cwd=cwd,
     )
     assert proc.returncode == 0, proc.stderr
     steps = [line for line in proc.stdout.splitlines() if line.startswith("step")]
     assert len(steps) == 3 and all("loss" in line for line in steps)
+    return proc
+
+
+@pytest.mark.process
+def test_example_script_trains_on_cpu(recipe, tmp_path):
+    train_example(save_recipe(recipe, tmp_path / "r.json"), tmp_path)
 
 
 @pytest.mark.process
@@ -222,17 +219,7 @@ def test_example_script_trains_an_hf_gpt2_on_a_cpu_recipe(tmp_path):
     first step failed with "No available kernel" (GPT-2's attention dropout), and before that
     apply_to_model refused the chunked loss."""
     path = save_recipe(cpu_recipe(sdpa_backend="flash", loss_impl="chunked", batching="packed"), tmp_path / "r.json")
-    command = [sys.executable, str(ROOT / "examples" / "train_gpt2.py"), "--model", "hf:gpt2-tiny"]
-    proc = subprocess.run(
-        [*command, "--steps", "3", "--recipe", str(path), "--device", "cpu"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    steps = [line for line in proc.stdout.splitlines() if line.startswith("step")]
-    assert len(steps) == 3 and all("loss" in line for line in steps)
+    proc = train_example(path, tmp_path, "--model", "hf:gpt2-tiny")
     assert "attention dropout 0.1 of GPT2LMHeadModel turned off" in proc.stderr  # said, once
     assert proc.stderr.count("attention dropout") == 1
 
