@@ -36,6 +36,11 @@ class RecipeEnvironmentWarning(UserWarning):
     """The recipe was measured on other hardware or another torch version."""
 
 
+class RecipeModelWarning(UserWarning):
+    """Applying a recipe changed the model to what the recipe assumes of it (its attention
+    through SDPA, no attention dropout under a CPU's flash kernel): said once, when applied."""
+
+
 def printable(text: object, *, newlines: bool = False) -> str:
     """`text` safe to print on a terminal: every control, format or separator character written
     as its escape (ESC as \\x1b, a right-to-left override as \\u202e, a newline as \\n), so text

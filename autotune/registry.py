@@ -357,13 +357,22 @@ def head_missing(model: Any) -> str:
 
 
 def _loss_rule(model: Any, k: Mapping[str, Any]) -> str | None:
-    if k["loss_impl"] == "chunked" and not callable(getattr(model, "linear_cross_entropy", None)):
+    if k["loss_impl"] == "chunked" and not takes_chunked_loss(model):
         return (
             f"chunked needs the model to compute its loss through a linear_cross_entropy(hidden, weight, "
-            f"labels) attribute that autotune can replace (autotune's GPT does); {type(model).__name__} "
-            "computes its loss itself"
+            f"labels) attribute that autotune can replace (autotune's GPT does), or a transformers causal LM "
+            f"(its lm_head over its decoder's hidden states); {type(model).__name__} computes its loss itself"
         )
     return None
+
+
+def takes_chunked_loss(model: Any) -> bool:
+    """The seam, or a transformers causal LM (its head and decoder: `model.hf_loss` gives it the
+    seam, and checks there that its logits are that head over the decoder's last hidden state)."""
+    model = getattr(model, "_orig_mod", model)
+    if callable(getattr(model, "linear_cross_entropy", None)):
+        return True
+    return callable(getattr(model, "get_output_embeddings", None)) and hasattr(model, "base_model_prefix")
 
 
 def _document_model_rule(model: Any, k: Mapping[str, Any]) -> str | None:
@@ -422,10 +431,16 @@ def _hf_batching_note(batching: str, view: Any) -> str | None:
 def _sdpa_note(backend: str, view: Any) -> str | None:
     if backend == "auto":
         return None
-    return (
+    note = (
         f"The recipe forces the {backend} SDPA backend, which no argument sets: wrap training in "
         "torch.nn.attention.sdpa_kernel (see below)."
     )
+    if backend == "flash" and view.recipe.hardware.get("kind") == "cpu":
+        note += (
+            " A CPU's flash kernel runs no attention dropout (GPT-2 keeps 0.1): recipe.apply_to_model(model) "
+            "turns it off, or build the model with attn_pdrop=0 (attention_dropout=0)."
+        )
+    return note
 
 
 _LIGHTNING_PRECISION = {"bfloat16": "bf16-mixed", "float16": "16-mixed", "float32": "32-true", "tf32": "32-true"}
@@ -448,8 +463,9 @@ def _loss_note(impl: str, view: Any) -> str | None:
         return None
     return (
         "The recipe computes the head and the loss over chunks of tokens (loss_impl=chunked, the full logits "
-        "never held): recipe.apply_to_model(model) sets it on a model with a linear_cross_entropy seam "
-        "(autotune's GPT); a model that computes its own loss keeps its standard one."
+        "never held), which no argument sets: call recipe.apply_to_model(model), which sets it on autotune's GPT "
+        "and on a transformers causal LM (its loss from the decoder's hidden states and lm_head: a training call "
+        "with labels then returns .loss and no .logits)."
     )
 
 
@@ -616,6 +632,10 @@ KNOBS: tuple[Knob, ...] = (
         "autotune.knobs.precision:sdpa_backend",
         choices=("auto", "math", "efficient", "flash", "cudnn"),
         device_rule=_sdpa_rule,
+        # What the forced kernel assumes of the model (attention through SDPA; no attention
+        # dropout under a CPU's flash), made so first, before anything wraps the attention.
+        apply="autotune.knobs.attention:apply_attention_knob",
+        apply_order=5,
         # FlashAttention-2 (Dao 2023); cuDNN as fast or faster on Hopper (PyTorch 2.5 release notes)
         prefer={"cuda": ("flash", "cudnn", "efficient", "auto", "math"), "cpu": ("flash", "math")},
         hf_note=_sdpa_note,

@@ -30,11 +30,19 @@ def test_every_knob_says_where_it_takes_effect_and_that_place_exists():
         assert callable(registry.resolve(knob.applied)), knob.name
         if knob.apply:
             assert callable(registry.resolve(knob.apply)), knob.name
-            assert knob.stage is registry.Stage.MODEL or knob.name == "expandable_segments", knob.name
+            # The allocator is set before the model is touched; the SDPA backend, a step's context,
+            # also makes the model's attention what its kernel assumes (knobs.attention).
+            assert knob.stage is registry.Stage.MODEL or knob.name in ("expandable_segments", "sdpa_backend")
 
 
-def test_the_model_stage_runs_allocator_loss_checkpoint_then_compile():
-    assert registry.MODEL_STAGE == ("expandable_segments", "loss_impl", "checkpoint_layers", "compile_mode")
+def test_the_model_stage_runs_allocator_attention_loss_checkpoint_then_compile():
+    assert registry.MODEL_STAGE == (
+        "expandable_segments",
+        "sdpa_backend",
+        "loss_impl",
+        "checkpoint_layers",
+        "compile_mode",
+    )
 
 
 def test_train_config_has_exactly_the_registrys_knobs_with_their_defaults():

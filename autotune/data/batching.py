@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from autotune.config import IGNORE_INDEX, TrainConfig, check_int
 from autotune.data.datasets import TokenDataset
-from autotune.data.packing import PackedDataset
+from autotune.data.packing import PACKED_MAX_TOKENS, PackedDataset
 from autotune.errors import AutotuneError, UsageError
 
 PAD_TOKEN_ID = 0  # input id at pad positions (their labels are IGNORE_INDEX, so it is never learned)
@@ -113,20 +113,24 @@ class TokenBudgetBatchSampler(_EpochBatchSampler):
 
 
 class FixedBatchSampler(_EpochBatchSampler):
-    """`batch_size` random items per batch (a fresh seeded shuffle each epoch), drop_last."""
+    """`batch_size` random items per batch (a fresh seeded shuffle each epoch). `drop_last`:
+    the items left over make no batch (one batch shape, as a measurement wants); without it
+    they make a smaller last one, so an epoch trains on every item."""
 
-    def __init__(self, num_items: int, batch_size: int, seed: int = 0) -> None:
+    def __init__(self, num_items: int, batch_size: int, seed: int = 0, *, drop_last: bool = True) -> None:
         super().__init__(seed)
         self.num_items = num_items
         self.batch_size = batch_size
+        self.drop_last = drop_last
 
     def __len__(self) -> int:
-        return self.num_items // self.batch_size
+        whole, rest = divmod(self.num_items, self.batch_size)
+        return whole + (1 if rest and not self.drop_last else 0)
 
     def batches(self, epoch: int) -> list[list[int]]:
         order = self._rng(epoch).permutation(self.num_items)
         size = self.batch_size
-        return [order[k : k + size].tolist() for k in range(0, len(self) * size, size)]
+        return [order[k : k + size].tolist() for k in range(0, min(len(self) * size, self.num_items), size)]
 
 
 def _greedy_batches(order: np.ndarray, widths: np.ndarray, token_budget: int) -> list[list[int]]:
@@ -198,11 +202,17 @@ def build_dataloader(
     seq_len: int,
     seed: int = 0,
     collate_fn: Callable[[list[torch.Tensor]], Any] | None = None,
+    whole_data: bool = False,
 ) -> DataLoader:
     """The loader of (input_ids, labels) batches for `cfg.batching`, and the one place the
     DataLoader knobs (num_workers, prefetch_factor, pin_memory, persistent_workers) apply.
     A user `collate_fn` replaces ours and receives the list of 1-D token tensors (packed
-    with attention_mask=document: of (window, document_ids) pairs)."""
+    with attention_mask=document: of (window, document_ids) pairs).
+
+    `whole_data`: training's epochs, every token of the data set: packed batching packs all
+    of it (a measurement packs at most PACKED_MAX_TOKENS, thousands of windows, enough to time
+    a step) and fixed or packed rows left over at the end of an epoch make one smaller batch
+    (a measurement drops them: one batch shape)."""
     check_int("seed", seed, minimum=0)
     check_token_budget(cfg.token_budget, seq_len)
     bucket = default_bucket(seq_len)
@@ -212,8 +222,14 @@ def build_dataloader(
         sampler = TokenBudgetBatchSampler(dataset.lengths, cfg.token_budget, seq_len, seed, bucket=bucket)
     else:
         if cfg.batching == "packed":
-            dataset = PackedDataset(dataset, seq_len=seq_len, seed=seed, with_documents=documents)
-        sampler = FixedBatchSampler(len(dataset), cfg.token_budget // seq_len, seed)
+            dataset = PackedDataset(
+                dataset,
+                seq_len=seq_len,
+                seed=seed,
+                max_tokens=None if whole_data else PACKED_MAX_TOKENS,
+                with_documents=documents,
+            )
+        sampler = FixedBatchSampler(len(dataset), cfg.token_budget // seq_len, seed, drop_last=not whole_data)
         if len(sampler) == 0:
             raise UsageError(
                 f"token_budget {cfg.token_budget}: {cfg.batching} batching needs {sampler.batch_size} "

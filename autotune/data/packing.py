@@ -9,15 +9,18 @@ import torch
 from autotune.data.datasets import TokenDataset
 
 # A packed stream is materialized; 4M tokens (16 MB as int32) is thousands of windows,
-# more than one measurement uses, whatever the corpus size.
+# more than one measurement uses, whatever the corpus size. Training packs the whole data set
+# (`max_tokens=None`): an epoch is every token, not the seeded first 4M.
 PACKED_MAX_TOKENS = 1 << 22
 
 
 class PackedDataset:
     """Documents concatenated, in a seeded random order, into one stream cut into windows
     of seq_len + 1 tokens at a stride of seq_len: consecutive windows share one token, so
-    every position has a label and nothing is padded. The stream is materialized once, up
-    to `max_tokens` tokens (lazily generated data has no stream to slice).
+    every position has a label and nothing is padded. The stream is materialized once (4
+    bytes a token), up to `max_tokens` tokens (lazily generated data has no stream to slice).
+    With `max_tokens=None` it is the whole data set, and the remainder short of a window is a
+    last, shorter window, so that an epoch trains on every token.
 
     Where each document (each item of `dataset`: a document or a piece of a long one)
     starts in the stream is kept in `doc_starts`. With `with_documents`, item i is
@@ -30,22 +33,30 @@ class PackedDataset:
         *,
         seq_len: int,
         seed: int = 0,
-        max_tokens: int = PACKED_MAX_TOKENS,
+        max_tokens: int | None = PACKED_MAX_TOKENS,
         with_documents: bool = False,
     ) -> None:
         order = np.random.default_rng(seed).permutation(len(dataset))
-        # Enough documents for max_tokens + 1 tokens by their lengths (upper bounds: may fall short).
-        bounds = np.cumsum(np.asarray(dataset.lengths, dtype=np.int64)[order])
-        count = int(np.searchsorted(bounds, max_tokens + 1)) + 1
-        documents = [dataset[int(i)] for i in order[:count]]
-        stream = torch.cat(documents)[: max_tokens + 1]
+        if max_tokens is None:
+            documents = [dataset[int(i)] for i in order]
+            stream = torch.cat(documents) if documents else torch.zeros(0, dtype=torch.long)
+        else:
+            # Enough documents for max_tokens + 1 tokens by their lengths (upper bounds: may fall short).
+            bounds = np.cumsum(np.asarray(dataset.lengths, dtype=np.int64)[order])
+            count = int(np.searchsorted(bounds, max_tokens + 1)) + 1
+            documents = [dataset[int(i)] for i in order[:count]]
+            stream = torch.cat(documents)[: max_tokens + 1]
         self.stream = stream.to(torch.int32)  # half the memory of int64; ids are far below 2**31
         # Real lengths, not the planned ones (those may be upper bounds).
         starts = np.cumsum([0] + [len(doc) for doc in documents[:-1]], dtype=np.int64)
         self.doc_starts: np.ndarray = starts[starts < len(stream)]
         self.seq_len = seq_len
         self.with_documents = with_documents
-        self.lengths: np.ndarray = np.full(max(len(stream) - 1, 0) // seq_len, seq_len + 1)
+        windows, rest = divmod(max(len(stream) - 1, 0), seq_len)
+        # The whole data set: its remainder, short of a window, is one shorter window (the collate
+        # pads it) so every token is trained on; not with documents (their batches are stacked whole).
+        tail = [rest + 1] if max_tokens is None and rest and not with_documents else []
+        self.lengths: np.ndarray = np.array([seq_len + 1] * windows + tail, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.lengths)

@@ -8,6 +8,8 @@ loss_impl=chunked, attention_mask=document) need the seams autotune's GPT has an
 `unsupported` on a model without them. The order is fixed, for a reason:
 
     0. checks          (everything the model cannot take is rejected before anything changes)
+   0b. sdpa_backend    (a forced kernel's assumptions: attention through SDPA, no attention
+                        dropout under a CPU's flash; `knobs.attention`)
     1. loss_impl       (sets the function the head computes its loss with: compile must see it)
     2. checkpointing   (wraps each chosen block's forward in non-reentrant checkpointing)
     3. compile         (at compile_scope: blocks, blocks+head or the whole model)
@@ -19,7 +21,7 @@ compile, the default scope, traces one graph that every identical block reuses, 
 time does not grow with depth (it is paid in every trial).
 
 Import from the modules: `knobs.apply` (apply_model_knobs, the order above), `knobs.loss`,
-`knobs.checkpoint`, `knobs.compile`, `knobs.precision`, `knobs.allocator` and
+`knobs.checkpoint`, `knobs.compile`, `knobs.precision`, `knobs.attention`, `knobs.allocator` and
 `knobs.support` (torch-free, read by the study side).
 """
 

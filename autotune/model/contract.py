@@ -33,6 +33,7 @@ from autotune.config import IGNORE_INDEX
 from autotune.errors import UsageError
 from autotune.model.gpt import GPT
 from autotune.model.hf import is_hf_model
+from autotune.model.hf_loss import has_head_loss
 
 ALIGNED = "aligned"
 UNSHIFTED = "unshifted"
@@ -52,6 +53,14 @@ CONTRACT_HINT = (
 def forward_loss(model: nn.Module) -> Callable[..., torch.Tensor]:
     """`loss = call(input_ids, aligned_labels, **extra)` for this model, decided once (not per
     step). `extra`: inputs a knob adds (document_ids, for autotune's GPT under a document mask)."""
+    if is_hf_model(model) and has_head_loss(model):
+
+        def call_hf_head_loss(x: torch.Tensor, y: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
+            # The loss through autotune's seam (loss_impl): from the hidden states, never the full
+            # logits; shift_labels are HF's name for labels already aligned (nothing shifted again).
+            return loss_from_output(model(input_ids=x, shift_labels=y, use_cache=False, **extra), y)
+
+        return call_hf_head_loss
     if is_hf_model(model):
 
         def call_hf(x: torch.Tensor, y: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:

@@ -171,3 +171,26 @@ def _no_cache_unless_asked(module: nn.Module, args: tuple, kwargs: dict) -> tupl
     if "use_cache" not in kwargs:
         kwargs = {**kwargs, "use_cache": False}
     return args, kwargs
+
+
+SDPA = "sdpa"
+
+
+def attention_implementation(model: object) -> str | None:
+    """The attention a transformers model runs ("sdpa", "eager", "flash_attention_2", ...);
+    None for any other model."""
+    if not is_hf_model(model):
+        return None
+    config = getattr(getattr(model, "_orig_mod", model), "config", None)
+    value = getattr(config, "_attn_implementation", None)
+    return value if isinstance(value, str) else None
+
+
+def use_sdpa_attention(model: nn.Module) -> bool:
+    """Switch a transformers model's attention to PyTorch SDPA; False, unchanged, where the
+    architecture has none (transformers validates before it changes anything)."""
+    try:
+        getattr(model, "_orig_mod", model).set_attn_implementation(SDPA)
+    except (ValueError, ImportError, AttributeError):
+        return False
+    return attention_implementation(model) == SDPA

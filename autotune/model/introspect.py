@@ -134,3 +134,47 @@ def _first_attr(objects, names):
             if isinstance(value, int) and not isinstance(value, bool):
                 return value
     return None
+
+
+# --- attention dropout ---------------------------------------------------------------------------
+# Where attention modules keep the dropout they pass to scaled_dot_product_attention: Hugging
+# Face's GPT-2 (and GPT-NeoX) an nn.Dropout `attn_dropout` / `attention_dropout` whose p they pass,
+# Llama-family models a float `attention_dropout`, nanoGPT a float `dropout` on its attention
+# module (a float `dropout` elsewhere, or an nn.Dropout `dropout`, is the output's: not the kernel's).
+_ATTENTION_DROPOUTS = ("attn_dropout", "attention_dropout")
+
+
+@dataclass(frozen=True)
+class AttentionDropout:
+    """One attention module's dropout probability, where it is kept."""
+
+    module: nn.Module
+    attribute: str
+    p: float
+
+    def turn_off(self) -> None:
+        value = getattr(self.module, self.attribute)
+        if isinstance(value, nn.Dropout):
+            value.p = 0.0
+        else:
+            setattr(self.module, self.attribute, 0.0)
+
+
+def attention_dropouts(model: nn.Module) -> list[AttentionDropout]:
+    """The non-zero attention dropouts of `model` (see above for where they are found)."""
+    found = []
+    for module in model.modules():
+        names = _ATTENTION_DROPOUTS + (("dropout",) if _is_attention(module) else ())
+        for name in names:
+            value = getattr(module, name, None)
+            if name == "dropout" and isinstance(value, nn.Module):
+                continue
+            p = value.p if isinstance(value, nn.Dropout) else value
+            if isinstance(p, float) and p > 0:
+                found.append(AttentionDropout(module, name, p))
+    return found
+
+
+def _is_attention(module: nn.Module) -> bool:
+    name = type(module).__name__.lower()
+    return "attention" in name or "attn" in name

@@ -16,13 +16,13 @@ from autotune.config import KNOBS, normalize_config_dict
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.present.importance import TOP_IMPORTANCES, Importance, knob_importance
+from autotune.present.summaries import speedup_json, speedup_text
 from autotune.present.text import (
     counts_text,
     device_memory_text,
     energy_text,
     flag_unstable,
     format_pct,
-    format_ratio,
     markdown_table,
     memory_text,
     printable,
@@ -31,6 +31,7 @@ from autotune.present.text import (
     value_text,
 )
 from autotune.study.record import TrialRecord
+from autotune.study.references import BASELINE, CHECKLIST
 from autotune.study.storage import load_ref
 from autotune.study.summary import StudySummary, summarize
 from autotune.study.urls import redact
@@ -253,8 +254,8 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
             for v in views
         ),
     )
-    row("speedup vs baseline", (format_ratio(v.summary.speedup(v.summary.baseline)) for v in views))
-    row("speedup vs checklist", (format_ratio(v.summary.speedup(v.summary.checklist)) for v in views))
+    row("speedup vs baseline", (speedup_text(v.summary, BASELINE) for v in views))
+    row("speedup vs checklist", (speedup_text(v.summary, CHECKLIST) for v in views))
     for knob in comp.knobs:
         mark = "* " if knob in comp.differ else "  "
         row(
@@ -339,8 +340,7 @@ def _view_dict(v: StudyView) -> dict[str, Any]:
             "mfu": m.mfu if m else None,
             "peak_memory_bytes": m.peak_memory_bytes if m else None,
         },
-        "speedup_vs_baseline": v.summary.speedup(v.summary.baseline),
-        "speedup_vs_checklist": v.summary.speedup(v.summary.checklist),
+        **speedup_json(v.summary),
         "importance": v.importance.values,
         "importance_note": v.importance.note,
         "importance_trials": v.importance.n_trials,

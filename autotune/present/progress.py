@@ -39,6 +39,7 @@ class SearchProgress:
         self.durations: list[float] = []
         self.running: tuple[int, dict[str, Any], float] | None = None  # number, config, start
         self.best: tuple[int, float, bool] | None = None  # number, tokens/s, unstable
+        self.confirmation: tuple[int, int, float] | None = None  # run k of n re-measuring the leaders, its start
         self.phase = "preparing: checking the model, the device and the storage"
 
     # --- events ---------------------------------------------------------------------------
@@ -57,9 +58,11 @@ class SearchProgress:
         if best is not None:
             self.best = (best.number, best.figure or 0.0, best.unstable)
 
-    def confirming(self, number: int) -> None:
+    def confirming(self, number: int, index: int = 1, count: int = 1) -> None:
+        """Run `index` of `count` re-measuring the leaders (`search.confirm`), after the trials."""
         self.running = None
-        self.phase = f"re-measuring #{number} in a fresh process"
+        self.confirmation = (index, count, self.clock())
+        self.phase = f"confirming the leaders ({index} of {count}): re-measuring #{number} in a fresh process"
 
     # --- figures ----------------------------------------------------------------------------
 
@@ -68,7 +71,10 @@ class SearchProgress:
 
     def remaining(self) -> float | None:
         """Seconds left: the mean trial so far times the trials to go, less what the running
-        one has done; never past --timeout. None until a trial has finished (no basis yet)."""
+        one has done; never past --timeout. None until a trial has finished (no basis yet).
+        While the leaders are re-measured: those runs still to go, each a mean trial."""
+        if self.confirmation is not None and self.durations:
+            return self._confirmation_left()
         if not self.durations or self.n_trials is None:  # no cap: only the timeout bounds it
             return None if self.timeout_s is None else max(0.0, self.timeout_s - self.elapsed())
         mean = sum(self.durations) / len(self.durations)
@@ -80,6 +86,12 @@ class SearchProgress:
         if self.timeout_s is not None:
             left = min(left, max(0.0, self.timeout_s - self.elapsed()) + (mean if self.running else 0.0))
         return left
+
+    def _confirmation_left(self) -> float:
+        assert self.confirmation is not None
+        index, count, began = self.confirmation
+        mean = sum(self.durations) / len(self.durations)
+        return max(0.0, (count - index + 1) * mean - min(mean, self.clock() - began))
 
     # --- text -------------------------------------------------------------------------------
 
@@ -158,10 +170,13 @@ class TerminalProgress:
             self.progress.trial_started(number, cfg.to_dict())
         self._draw()
 
-    def confirming(self, number: int) -> None:
+    def confirming(self, number: int, index: int = 1, count: int = 1) -> None:
         with self._lock:
-            self.progress.confirming(number)
-        self._print(f"re-measuring #{number} in a fresh process (the recipe takes the best mean of the leaders' runs)")
+            self.progress.confirming(number, index, count)
+        self._print(
+            f"confirming the leaders ({index} of {count}): re-measuring #{number} in a fresh process "
+            "(the recipe takes the best mean of the leaders' runs)"
+        )
 
     def trial_finished(self, trial, summary) -> None:
         with self._lock:

@@ -31,6 +31,7 @@ from autotune.device.disk import check_output_folder, write_bytes_atomic, write_
 from autotune.errors import AutotuneError, UsageError
 from autotune.measure import outcomes
 from autotune.present.importance import Importance, knob_importance
+from autotune.present.summaries import speedup_text
 from autotune.present.text import (
     config_summary,
     counts_text,
@@ -39,12 +40,12 @@ from autotune.present.text import (
     format_bytes,
     format_pct,
     format_rate,
-    format_ratio,
     markdown_table,
     memory_text,
     rate_with_interval,
     value_text,
 )
+from autotune.study.references import BASELINE, CHECKLIST
 from autotune.study.summary import StudySummary, summarize
 
 DPI = 120
@@ -445,8 +446,8 @@ def _measurement_rows(summary: StudySummary, limit: int | None) -> list[list[str
             "peak memory / limit",
             memory_text(m.peak_memory_bytes, limit) + (f" ({m.peak_memory_source})" if m.peak_memory_source else ""),
         ],
-        ["speedup vs baseline", format_ratio(summary.speedup(summary.baseline))],
-        ["speedup vs checklist", format_ratio(summary.speedup(summary.checklist))],
+        ["speedup vs baseline", speedup_text(summary, BASELINE)],
+        ["speedup vs checklist", speedup_text(summary, CHECKLIST)],
     ]
 
 

@@ -22,6 +22,7 @@ from autotune.present.text import (
     table,
 )
 from autotune.study.record import TrialRecord
+from autotune.study.references import BASELINE, CHECKLIST, INFEASIBLE, UNSTABLE
 from autotune.study.urls import default_storage_url, redact
 
 
@@ -128,6 +129,35 @@ def trial_line(trial: TrialRecord) -> str:
     )
 
 
+def speedup_text(summary, name: str) -> str:
+    """The best's speedup over reference trial `name` (baseline, checklist), with what makes it
+    less than it says: "99.72x (the baseline was unstable: step time CV 113.0%)"."""
+    reference = _reference(summary, name)
+    ratio = format_ratio(summary.speedup(reference))
+    caveats = [_SPEEDUP_CAVEATS[flag](name, reference) for flag in summary.speedup_flags(reference)]
+    return f"{ratio} ({'; '.join(caveats)})" if caveats else ratio
+
+
+def speedup_json(summary) -> dict[str, Any]:
+    """The speedups as JSON: each figure, and its flags (`StudySummary.speedup_flags`)."""
+    data: dict[str, Any] = {}
+    for name in (BASELINE, CHECKLIST):
+        reference = _reference(summary, name)
+        data[f"speedup_vs_{name}"] = summary.speedup(reference)
+        data[f"speedup_vs_{name}_flags"] = summary.speedup_flags(reference)
+    return data
+
+
+def _reference(summary, name: str) -> TrialRecord | None:
+    return summary.baseline if name == BASELINE else summary.checklist
+
+
+_SPEEDUP_CAVEATS = {
+    UNSTABLE: lambda name, t: f"the {name} was unstable: step time CV {format_pct(t.step_time_cv)}",
+    INFEASIBLE: lambda name, t: f"the {name} broke the memory limit",
+}
+
+
 def best_table(summary) -> str:
     best = summary.best
     m = best.measurement or Measurement.failed({}, outcomes.OK, None)
@@ -142,8 +172,8 @@ def best_table(summary) -> str:
         ("step time CV", format_pct(m.step_time_cv) + ("  UNSTABLE: verify the recipe" if m.unstable else "")),
         ("MFU", format_pct(m.mfu)),
         ("peak memory", f"{format_bytes(m.peak_memory_bytes)} ({m.peak_memory_source})"),
-        ("speedup vs baseline", format_ratio(summary.speedup(summary.baseline))),
-        ("speedup vs checklist", format_ratio(summary.speedup(summary.checklist))),
+        ("speedup vs baseline", speedup_text(summary, BASELINE)),
+        ("speedup vs checklist", speedup_text(summary, CHECKLIST)),
     ]
     rows += _leader_rows(summary)
     return table(("best: trial #" + str(best.number), ""), rows)
@@ -240,8 +270,7 @@ def summary_json(result) -> dict[str, Any]:
         else None,
         "baseline": _trial_json(s.baseline) if s.baseline else None,
         "checklist": _trial_json(s.checklist) if s.checklist else None,
-        "speedup_vs_baseline": s.speedup(s.baseline),
-        "speedup_vs_checklist": s.speedup(s.checklist),
+        **speedup_json(s),
         "leaders": [
             {
                 "trial": c.number,
@@ -294,8 +323,7 @@ def show_json(study, summary) -> dict[str, Any]:
         "memory_limit_bytes": study.user_attrs.get("memory_limit_bytes"),
         "counts": s.counts,
         "best": _trial_json(s.best) if s.best else None,
-        "speedup_vs_baseline": s.speedup(s.baseline),
-        "speedup_vs_checklist": s.speedup(s.checklist),
+        **speedup_json(s),
         "trials": [_trial_json(t) for t in _ranked(s)],
     }
 

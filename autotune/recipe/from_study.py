@@ -50,6 +50,11 @@ def recipe_from_trial(
             "baseline": summary.speedup(summary.baseline),
             "checklist": summary.speedup(summary.checklist),
         },
+        reference_flags={
+            name: flags
+            for name, reference in (("baseline", summary.baseline), ("checklist", summary.checklist))
+            if (flags := summary.speedup_flags(reference))
+        },
         hardware=study_attrs.get("hardware", {}),
         software=(study_attrs.get("autotune") or {}).get("software") or software_versions(),
         study={"name": study_name, "storage": redact(storage_url), "trial": trial.number},

@@ -18,6 +18,10 @@ YAML, safe loader only):
                                (why there is no energy figure), objective, leaders (the
                                re-measured configurations the winner was chosen among)
     reference_speedups         {"baseline": x, "checklist": y} (best over each reference trial)
+    reference_flags            {"baseline": ["unstable"], ...}: what makes a speedup less than it
+                               says (`unstable`: the reference's step times varied beyond the
+                               target; `infeasible`: it broke the memory limit); only a flagged
+                               reference is listed, and the section is left out when none is
     hardware                   the DeviceInfo of the device it was measured on
     software                   torch, optuna, autotune, python versions
     study                      name, storage (password redacted), trial number
@@ -75,6 +79,7 @@ from autotune.device.disk import write_text_atomic
 from autotune.errors import RecipeEnvironmentWarning, UnsupportedConfig, UsageError
 from autotune.measure.measurement import Measurement
 from autotune.model.load import is_factory_name
+from autotune.study.references import SPEEDUP_FLAGS
 from autotune.units import MIN_MEMORY_SIZE, format_bytes
 
 if TYPE_CHECKING:  # torch is imported by the methods that need it, not by `import autotune`
@@ -95,6 +100,7 @@ _KEYS = {
     "data",
     "measured",
     "reference_speedups",
+    "reference_flags",
     "hardware",
     "software",
     "study",
@@ -109,6 +115,7 @@ class Recipe:
     data: str = "synthetic"
     measured: dict[str, Any] = field(default_factory=dict)
     reference_speedups: dict[str, float | None] = field(default_factory=dict)
+    reference_flags: dict[str, list[str]] = field(default_factory=dict)  # see the module docstring
     hardware: dict[str, Any] = field(default_factory=dict)
     software: dict[str, Any] = field(default_factory=dict)
     study: dict[str, Any] = field(default_factory=dict)
@@ -157,6 +164,8 @@ class Recipe:
         data = asdict(self)
         data["config"] = self.config.to_dict()
         del data["global_batch_tokens"]
+        if not self.reference_flags:  # nothing flagged: the file stays readable by an autotune without the section
+            del data["reference_flags"]
         data["batch"] = self.batch_section()  # last: the sections before it keep their places
         data["study"] = _redacted(data["study"])  # never a password in a file or an export
         # Through JSON: plain types only (torch.__version__ is a str subclass that
@@ -207,7 +216,7 @@ class Recipe:
             raise UsageError(f"{where}: unknown key {unknown[0]!r}")
         if not isinstance(raw.get("config"), dict):
             raise UsageError(f"{where}: config must be a mapping of knobs")
-        for key in ("model", "measured", "reference_speedups", "hardware", "software", "study"):
+        for key in ("model", "measured", "reference_speedups", "reference_flags", "hardware", "software", "study"):
             if not isinstance(raw.get(key, {}), dict):
                 raise UsageError(f"{where}: {key} must be a mapping")
         for key in ("data", "created"):
@@ -221,6 +230,8 @@ class Recipe:
         _check_memory_limit(measured, where=f"{where}: measured")
         speedups = raw.get("reference_speedups", {})
         _check_fields(speedups, {name: _number for name in speedups}, where=f"{where}: reference_speedups")
+        flags = raw.get("reference_flags", {})
+        _check_fields(flags, {name: _speedup_flags for name in flags}, where=f"{where}: reference_flags")
         study = _redacted(raw.get("study", {}))  # a hand-made recipe may hold a password
         _check_fields(study, _STUDY_FIELDS, where=f"{where}: study")
         global_batch = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
@@ -230,6 +241,7 @@ class Recipe:
             data=raw.get("data", "synthetic"),
             measured=measured,
             reference_speedups=speedups,
+            reference_flags=flags,
             hardware=raw.get("hardware", {}),
             software=raw.get("software", {}),
             study=study,
@@ -338,6 +350,9 @@ class Recipe:
         Batching: "padded" groups sequences of similar length into batches of at most
         token_budget tokens (padding included); "fixed" takes token_budget // seq_len
         sequences padded to seq_len; "packed" concatenates and cuts windows of seq_len + 1.
+        An epoch is the whole data set: every document is packed (the stream is held in memory,
+        4 bytes a token; its remainder short of a window is a last, shorter window), and fixed
+        or packed rows left after the last full batch make one smaller batch.
 
         Lengths: when the dataset has a `lengths` attribute (lengths[i] == len(dataset[i]),
         or an upper bound of it) batches are planned from it without reading the data.
@@ -424,6 +439,10 @@ def _text(value: Any) -> bool:
     return value is None or isinstance(value, str)
 
 
+def _speedup_flags(value: Any) -> bool:
+    return isinstance(value, list) and all(flag in SPEEDUP_FLAGS for flag in value)
+
+
 def _interval(value: Any) -> bool:
     return value is None or (_numbers(value) and len(value) == 2 and value[0] <= value[1])
 
@@ -474,6 +493,7 @@ _EXPECTED = {
     _text: "text or null",
     _numbers: "a list of numbers",
     _interval: "[low, high] or null",
+    _speedup_flags: "a list of " + " / ".join(SPEEDUP_FLAGS),
 }
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import torch
 
+from autotune import registry
 from autotune.config import IGNORE_INDEX, TrainConfig
 from autotune.data.batching import PAD_TOKEN_ID, build_dataloader, default_bucket, padded_width
 from autotune.errors import RecipeEnvironmentWarning, UsageError
@@ -38,6 +39,7 @@ def recipe_dataloader(
 ) -> DataLoader:
     """See `Recipe.dataloader`."""
     convention = _label_convention(for_model, labels)
+    _check_document_mask(cfg, for_model, convention)
     lengths = item_lengths(dataset)
     keep = np.flatnonzero(lengths >= MIN_TOKENS)
     if len(lengths) and len(keep) < len(lengths):
@@ -79,7 +81,21 @@ def recipe_dataloader(
         seq_len=int(seq_len),
         seed=seed,
         collate_fn=collate_fn,
+        whole_data=True,  # an epoch of training is every token of the data set, not a measurement's sample
     )
+
+
+def _check_document_mask(cfg: TrainConfig, model: torch.nn.Module | None, convention: str) -> None:
+    """attention_mask=document batches carry `document_ids` for a forward that takes them
+    (autotune's GPT), with aligned labels; the rule's own words when the model takes none."""
+    if cfg.attention_mask != "document":
+        return
+    rule = registry.knob("attention_mask").model_rule
+    why = rule(model, cfg.to_dict()) if model is not None and rule is not None else None
+    if why is None and convention != ALIGNED:
+        why = "document needs aligned labels (a model that shifts its labels takes no document_ids)"
+    if why is not None:
+        raise UsageError(f"recipe.dataloader: attention_mask={why}")
 
 
 def _label_convention(for_model: torch.nn.Module | None, labels: str | None) -> str:
@@ -166,7 +182,10 @@ class KeywordCollate:
         self.convention, self.pad_to_full, self.window = convention, pad_to_full, window
         self.keys, self.attention_mask = keys, attention_mask
 
-    def __call__(self, items: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+    def __call__(self, items: Sequence[Any]) -> dict[str, torch.Tensor]:
+        documents = None
+        if items and isinstance(items[0], tuple):  # packed (window, document_ids): attention_mask=document
+            items, documents = [window for window, _ in items], [ids for _, ids in items]
         if self.convention == ALIGNED:
             pairs = [(item[:-1], item[1:]) for item in items]
         else:
@@ -183,6 +202,8 @@ class KeywordCollate:
             labels[row, : len(targets)] = targets
             mask[row, : len(inputs)] = 1
         batch = {self.keys[0]: input_ids, self.keys[1]: labels}
+        if documents is not None:  # whole windows (never padded): each position's document, as inputs x[:-1]
+            batch["document_ids"] = torch.stack([ids[:-1] for ids in documents])
         if self.attention_mask:
             batch["attention_mask"] = mask
         return batch

@@ -22,11 +22,10 @@ def confirm_leaders(study: "optuna.Study", top: Sequence[Candidate], ctx, report
     trial again). Returns the trials re-measured now."""
     trials = {t.number: t for t in read_trials(study)}
     done = []
-    for candidate in to_remeasure(top):
-        if confirmation_key(candidate.number) in study.user_attrs:
-            continue
-        if reporter is not None:
-            reporter.confirming(candidate.number)
+    pending = [c for c in to_remeasure(top) if confirmation_key(c.number) not in study.user_attrs]
+    for index, candidate in enumerate(pending, 1):
+        if reporter is not None:  # run k of n: the progress display estimates what is left from it
+            reporter.confirming(candidate.number, index, len(pending))
         config = TrainConfig.from_dict(trials[candidate.number].config)
         result = run_trial(ctx.spec, config, timeout_s=ctx.trial_timeout_s, device=ctx.device)
         m = result.measurement

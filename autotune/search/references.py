@@ -5,11 +5,15 @@ speedup over both."""
 from __future__ import annotations
 
 import optuna
+from optuna.trial import TrialState
 
 from autotune.config import TrainConfig
 from autotune.errors import UnsupportedConfig
 from autotune.knobs.support import DeviceCapabilities, check_supported
+from autotune.measure import outcomes
+from autotune.study.record import TrialRecord, read_trials
 from autotune.study.references import BASELINE, CHECKLIST, REFERENCE_ATTR
+from autotune.study.storage import RetryStaleTrial
 
 
 def baseline_config(seq_len: int) -> TrainConfig:
@@ -65,6 +69,30 @@ def checklist_config(seq_len: int, caps: DeviceCapabilities) -> tuple[TrainConfi
 def enqueue_references(study: optuna.Study) -> None:
     for name in (BASELINE, CHECKLIST):
         study.enqueue_trial({}, user_attrs={REFERENCE_ATTR: name}, skip_if_exists=False)
+
+
+def retry_interrupted_references(study: optuna.Study) -> list[str]:
+    """On resume: a reference trial whose every attempt was interrupted (Ctrl-C, SIGTERM) is
+    queued once more, as a killed tuner's trial is (`study.lifecycle.fail_orphaned_trials`):
+    the planner never proposes a reference, so without this the study would never report its
+    speedup over it. Once: a retry that is interrupted too is not retried again (Optuna's
+    retry history counts the attempts). A reference still waiting, running or finished any
+    other way (ok, crashed, timed out: a result) is left alone. Returns the names queued."""
+    attempts: dict[str, list[TrialRecord]] = {}
+    for record in read_trials(study):
+        if record.reference:
+            attempts.setdefault(record.reference, []).append(record)
+    trials = study.get_trials(deepcopy=False)
+    queued = []
+    for name, records in attempts.items():
+        if not all(r.state is TrialState.FAIL and r.outcome is outcomes.INTERRUPTED for r in records):
+            continue
+        last = trials[records[-1].number]
+        if "failed_trial" in last.system_attrs:  # a retry itself (Optuna's mark): it had its second chance
+            continue
+        RetryStaleTrial(max_retry=1)(study, last)
+        queued.append(name)
+    return queued
 
 
 def reference_config(name: str, seq_len: int, caps: DeviceCapabilities) -> tuple[TrainConfig, list[str]]:

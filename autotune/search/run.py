@@ -34,7 +34,7 @@ from autotune.recipe.from_study import write_recipe
 from autotune.search.confirm import confirm_leaders
 from autotune.search.objective import Objective, StudyNotWritable
 from autotune.search.optimize import optimize
-from autotune.search.references import enqueue_references
+from autotune.search.references import enqueue_references, retry_interrupted_references
 from autotune.search.salvage import Salvage
 from autotune.search.sampler import PlannerSampler, study_sampler
 from autotune.search.settings import SearchSettings
@@ -66,7 +66,7 @@ DEFAULT_TRIAL_TIMEOUT_S = {"cpu": 300.0, "cuda": 600.0}
 class Reporter(Protocol):
     def trial_started(self, number: int, cfg: TrainConfig) -> None: ...
     def trial_finished(self, trial: TrialRecord, summary: StudySummary) -> None: ...
-    def confirming(self, number: int) -> None: ...
+    def confirming(self, number: int, index: int, count: int) -> None: ...
 
 
 @dataclass
@@ -346,6 +346,8 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
     orphans = fail_orphaned_trials(study)
     if orphans:
         log.warning("failed %d trial(s) left running by a killed tuner: %s", len(orphans), orphans)
+    if not is_new and (retried := retry_interrupted_references(study)):
+        log.warning("running the interrupted reference trial(s) again: %s", ", ".join(retried))
     return OpenedStudy(study, is_new, ctx, name, url)
 
 

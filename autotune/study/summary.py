@@ -13,7 +13,7 @@ import optuna
 from autotune.measure import outcomes
 from autotune.study import leaders as leaders_
 from autotune.study.record import TrialRecord, read_trials
-from autotune.study.references import BASELINE, CHECKLIST
+from autotune.study.references import BASELINE, CHECKLIST, INFEASIBLE, UNSTABLE
 
 
 @dataclass
@@ -33,6 +33,16 @@ class StudySummary:
         if self.best is None or reference is None or not reference.figure:
             return None
         return self.best.figure / reference.figure
+
+    def speedup_flags(self, reference: TrialRecord | None) -> list[str]:
+        """What makes the speedup over `reference` less than its figure says (none when there
+        is no speedup): UNSTABLE, its step times varied beyond the target even over a second
+        window, so its rate (and a ratio over it) is unsure; INFEASIBLE, it broke the memory
+        limit, so it is a run nobody could train with."""
+        if self.speedup(reference) is None:
+            return []
+        assert reference is not None
+        return [flag for flag, holds in ((UNSTABLE, reference.unstable), (INFEASIBLE, not reference.feasible)) if holds]
 
     def trial(self, number: int) -> TrialRecord | None:
         return next((t for t in self.trials if t.number == number), None)

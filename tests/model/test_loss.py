@@ -161,6 +161,7 @@ def test_chunked_on_a_model_without_the_seam_is_unsupported():
     assert info.value.knob == "loss_impl"
     assert str(info.value) == (
         "loss_impl: chunked needs the model to compute its loss through a linear_cross_entropy(hidden, weight, "
-        "labels) attribute that autotune can replace (autotune's GPT does); LlamaLike computes its loss itself"
+        "labels) attribute that autotune can replace (autotune's GPT does), or a transformers causal LM (its "
+        "lm_head over its decoder's hidden states); LlamaLike computes its loss itself"
     )
     apply_model_knobs(model, TrainConfig(loss_impl="standard"))  # its own loss: nothing to change

@@ -3,8 +3,6 @@ with the re-measured leaders."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import optuna
 
 from autotune.config import TrainConfig
@@ -13,6 +11,7 @@ from autotune.present.summaries import best_table, format_measurement
 from autotune.present.text import energy_text, rate_with_interval
 from autotune.study.leaders import Candidate
 from autotune.study.record import TrialRecord
+from autotune.study.summary import StudySummary
 
 
 def measurement(**figures) -> Measurement:
@@ -54,7 +53,7 @@ def test_the_best_table_lists_the_remeasured_leaders_and_marks_the_best_mean():
         Candidate(4, 1000.0, remeasured=True, second=1080.0),
         Candidate(7, 990.0, remeasured=True, second=1000.0),
     ]
-    summary = SimpleNamespace(best=trial, leaders=leaders, speedup=lambda ref: None, baseline=None, checklist=None)
+    summary = StudySummary("s", best=trial, baseline=None, checklist=None, leaders=leaders)
     text = best_table(summary)
     assert "re-measured #1" in text and "mean 1,005 over 1,050/960" in text
     assert "mean 1,040 over 1,000/1,080  <- best mean" in text

@@ -79,6 +79,27 @@ def test_the_estimate_never_passes_the_timeout():
     assert "~1:00 left" in p.finished_line(t)  # 99 trials of 60 s would be 1:39:00
 
 
+def test_the_confirmation_runs_are_counted_and_estimated():
+    """The leaders' re-measurements come after the last trial: the line says which of how many
+    runs, and the estimate is what those runs take, not ~0:00."""
+    clock = Clock()
+    p = SearchProgress(2, clock=clock)
+    for number in (0, 1):
+        p.trial_started(number, CONFIG)
+        clock.now += 10
+        t = trial(number, 100.0 + number)
+        p.trial_finished(t, SimpleNamespace(best=t))
+    assert "~0:00 left" in p.status_line()  # the trials are done...
+    p.confirming(1, 1, 3)  # ...three runs to go, of about 10 s each
+    assert p.status_line().startswith("confirming the leaders (1 of 3): re-measuring #1 in a fresh process")
+    assert "~0:30 left" in p.status_line()
+    clock.now += 4
+    assert "~0:26 left" in p.status_line()
+    clock.now += 6
+    p.confirming(0, 2, 3)
+    assert p.status_line().startswith("confirming the leaders (2 of 3)") and "~0:20 left" in p.status_line()
+
+
 def test_an_unstable_best_is_flagged():
     clock = Clock()
     p = SearchProgress(2, clock=clock)

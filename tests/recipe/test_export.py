@@ -164,3 +164,15 @@ def test_snippets_without_a_recorded_seq_len():
         text = render(recipe, fmt)
         ast.parse(text)
         assert "records no seq_len" in text
+
+
+def test_a_cpu_flash_and_chunked_recipe_says_what_the_model_needs():
+    """The hf export advised a forced flash kernel and the chunked loss that then failed on HF
+    GPT-2 (its attention dropout; no seam): it says what apply_to_model does for each."""
+    recipe = make_recipe(sdpa_backend="flash", loss_impl="chunked", amp_dtype="float32")
+    recipe.hardware = {"kind": "cpu", "name": "a CPU"}
+    for text in (render(recipe, "hf"), render(recipe, "lightning")):
+        assert "A CPU's flash kernel runs no attention dropout (GPT-2 keeps 0.1): recipe.apply_to_model" in text
+        assert "on a transformers causal LM (its loss from the decoder's hidden states and lm_head" in text
+    recipe.hardware = {"kind": "cuda", "name": "NVIDIA H200"}  # CUDA's flash runs dropout
+    assert "attention dropout" not in render(make_recipe(sdpa_backend="flash", amp_dtype="bfloat16"), "hf")

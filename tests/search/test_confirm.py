@@ -58,8 +58,10 @@ def test_overlapping_leaders_are_all_remeasured_and_the_best_mean_wins(monkeypat
         (2048, 500.0, [480.0, 520.0]),  # not a leader
     )
     calls = fake_runs(monkeypatch, {256: 960.0, 512: 1080.0, 1024: 1000.0})
-    assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [0, 1, 2]
-    assert calls == [256, 512, 1024]
+    told: list[tuple[int, int, int]] = []  # what the progress display hears: trial, run k of n
+    reporter = type("Reporter", (), {"confirming": lambda self, *run: told.append(run)})()
+    assert confirm_leaders(study, summarize(study).leaders, tiny_context(), reporter) == [0, 1, 2]
+    assert calls == [256, 512, 1024] and told == [(0, 1, 3), (1, 2, 3), (2, 3, 3)]
     summary = summarize(study)
     assert summary.best.number == 1
     recipe = recipe_from_trial(summary, study.user_attrs, study.study_name, "sqlite:///x.db")
