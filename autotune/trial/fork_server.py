@@ -135,9 +135,25 @@ def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext
         # The resource tracker first and outside the token: it is no trial's.
         multiprocessing.resource_tracker.ensure_running()
         context.set_forkserver_preload([SERVER_EXIT, *PRELOAD, *preload])
-        with _environment(TOKEN_ENV, token()):
+        with _environment(TOKEN_ENV, token()), _ctrl_c_blocked():
             multiprocessing.forkserver.ensure_running()  # a no-op while it runs
     return context
+
+
+@contextlib.contextmanager
+def _ctrl_c_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread while the server is started, so blocked in the server from
+    its first instruction (a signal mask survives fork and exec), as multiprocessing does for
+    its resource tracker. A terminal's Ctrl-C reaches the whole foreground process group, the
+    server included, and the server ignores SIGINT only once it has imported torch: before, it
+    printed a KeyboardInterrupt traceback under the tuner's one line. Blocked, the Ctrl-C waits,
+    and is dropped when the server ignores SIGINT; the tuner alone acts on it. A trial unblocks
+    it as it starts (`_child`)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 @contextlib.contextmanager
@@ -186,6 +202,9 @@ def _child(argv: list[str], env: dict[str, Any], cwd: str, output: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    # The server's mask blocks SIGINT (see _ctrl_c_blocked); a trial takes it as any process
+    # does, now that what it would print goes to its own file.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)

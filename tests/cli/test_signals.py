@@ -8,9 +8,11 @@ A stop anywhere else, `verify` included, is one line and 130, never click's "Abo
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -19,12 +21,13 @@ from optuna.trial import TrialState
 
 from autotune.cli import main
 from autotune.config import TrainConfig
+from autotune.device import descendants
 from autotune.measure import outcomes
 from autotune.recipe.recipe import Recipe
 from autotune.search.run import run_search
 from autotune.study.storage import open_storage
 from tests.attack_helpers import FAST, fake_trials, repo_env, settings
-from tests.helpers import hold_a_running_trial
+from tests.helpers import hold_a_running_trial, parent_of, start_tuner, wait_for
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -78,3 +81,41 @@ def test_ctrl_c_in_verify_is_one_line_and_130(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["verify", str(path), "--device", "cpu"])
     assert result.exit_code == 130, (result.exit_code, result.output)
     assert result.stderr == "Error: interrupted (Ctrl-C)\n" and result.stdout == ""
+
+
+def fork_server_of(pid: int) -> int | None:
+    """The fork server a tuner (or `verify`) started, once it runs: its child `python -c`
+    running multiprocessing.forkserver."""
+    for child in descendants(pid):
+        try:
+            if parent_of(child) == pid and b"multiprocessing.forkserver" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return child
+        except OSError:
+            continue
+    return None
+
+
+def importing_torch(pid: int) -> bool:
+    """Whether the process has loaded torch's library: the fork server then imports torch's
+    Python modules and dynamo for seconds more before it serves its first trial."""
+    try:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.process
+def test_ctrl_c_in_verify_is_one_line_from_the_fork_server_too(tmp_path):
+    # A terminal's Ctrl-C goes to the whole foreground process group: `verify` and the fork
+    # server it started, which was still importing torch and printed a KeyboardInterrupt
+    # traceback after verify's one line.
+    path = Recipe(
+        config=TrainConfig(), model={"name": "gpt2-tiny", "seq_len": 128}, measured={"tokens_per_sec": 1000.0}
+    ).save(tmp_path / "r.json")
+    verify = start_tuner("verify", str(path), "--device", "cpu", cwd=tmp_path)  # a group of its own, as a shell's job
+    server = wait_for(lambda: fork_server_of(verify.pid), 120, "verify to start its fork server", poll=0.01)
+    wait_for(lambda: importing_torch(server), 120, "the fork server to load torch", poll=0.01)
+    os.killpg(verify.pid, signal.SIGINT)  # the terminal's Ctrl-C
+    out, err = verify.communicate(timeout=120)  # to the end of the server's output too: it shares the pipe
+    assert verify.returncode == 130, err
+    assert err == "Error: interrupted (Ctrl-C)\n" and out == ""
