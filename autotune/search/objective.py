@@ -59,8 +59,10 @@ class Objective:
         self.trial_env = trial_env
         self.memory_model = memory_model
         self.prune_below: float | None = None  # this trial's: the planner's best less a margin
+        self.current: optuna.Trial | None = None  # the trial last handed to this objective
 
     def __call__(self, trial: optuna.Trial) -> float:
+        self.current = trial
         reference = trial.user_attrs.get(REFERENCE_ATTR)
         if reference:
             cfg, notes = reference_config(reference, self.ctx.space.seq_len, self.ctx.capabilities)
@@ -150,6 +152,18 @@ class Objective:
         except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
             record.write_stopped(trial, *outcomes.interrupted_by_user(stop_signal_of(exc)))
             raise
+
+    def record_stop(self, signum: int) -> None:
+        """After a stop signal: the trial this objective ran, when Optuna could not record its
+        end (the signal landed in Optuna's own bookkeeping, which then leaves it RUNNING), is
+        recorded interrupted now, and FAIL."""
+        trial = self.current
+        if trial is None:
+            return
+        running = trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if any(t.number == trial.number for t in running):
+            record.write_stopped(trial, *outcomes.interrupted_by_user(signum))
+            trial.study.tell(trial, state=TrialState.FAIL)
 
     def _record(self, trial: optuna.Trial, result: TrialResult) -> float:
         m = result.measurement

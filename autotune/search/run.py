@@ -11,6 +11,7 @@ Printing belongs to the caller: progress goes through a `Reporter` (the CLI's dr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -19,7 +20,7 @@ import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -53,7 +54,7 @@ from autotune.study.urls import (
     redact_text,
 )
 from autotune.trial import folders
-from autotune.trial.processes import exit_code_for, process_alive, stop_signal_of
+from autotune.trial.processes import exit_code_for, process_alive, stop_behind, stop_signal_of, stop_signals_raise
 from autotune.units import MIN_MEMORY_SIZE, check_memory_fraction, format_bytes
 
 log = logging.getLogger(__name__)
@@ -349,6 +350,14 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
 
 
 def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> SearchResult:
+    """Run or resume the study (see the module's docstring). The first stop signal stops it in
+    order; the ones after it are absorbed until the trial is recorded and the recipe written
+    (`stop_signals_raise`)."""
+    with stop_signals_raise():
+        return _run_search(settings, reporter)
+
+
+def _run_search(settings: SearchSettings, reporter: Reporter | None) -> SearchResult:
     import sqlalchemy.exc
 
     opened = open_search(settings)
@@ -380,18 +389,20 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     callbacks: list = [after_trial, settle]
     stop: KeyboardInterrupt | None = None
     try:
-        study.optimize(
-            objective,
-            n_trials=settings.trial_cap,
-            timeout=settings.timeout_s,
-            catch=(TrialFailed,),
-            callbacks=callbacks,
-            gc_after_trial=False,
-        )
+        with _stops_through_optuna():
+            study.optimize(
+                objective,
+                n_trials=settings.trial_cap,
+                timeout=settings.timeout_s,
+                catch=(TrialFailed,),
+                callbacks=callbacks,
+                gc_after_trial=False,
+            )
         if settings.confirm:
             confirm_leaders(study, summarize(study).leaders, ctx, reporter)
     except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
         stop = exc
+        objective.record_stop(stop_signal_of(exc))
     except sqlalchemy.exc.SQLAlchemyError as exc:  # a database that filled up or went away mid-study
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise AutotuneError(
@@ -419,6 +430,20 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     if stop is not None:
         raise SearchInterrupted(result, stop_signal_of(stop))
     return result
+
+
+@contextlib.contextmanager
+def _stops_through_optuna() -> Iterator[None]:
+    """A stop signal that lands inside Optuna's own bookkeeping (its recording of a trial's end)
+    can break it: its `finally` then fails with an UnboundLocalError raised while handling the
+    KeyboardInterrupt. That error is the stop, and is raised as the stop it was."""
+    try:
+        yield
+    except Exception as exc:
+        stop = stop_behind(exc)
+        if stop is None:
+            raise
+        raise stop from None
 
 
 def stage_counts(summary: StudySummary) -> dict[str, int]:

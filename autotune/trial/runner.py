@@ -38,11 +38,11 @@ from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.trial import folders, fork_server
 from autotune.trial.processes import (
+    begin_stop,
     kill_group,
     kill_processes,
     processes_with_env,
     stderr_tail,
-    stop_exception,
     stop_signals_recorded,
     stops_deferred,
 )
@@ -223,7 +223,7 @@ def _wait(
                     return verdict
             time.sleep(POLL_S)
     if received:
-        raise stop_exception(received[0])
+        begin_stop(received[0])  # raises: no signal is recorded while a stop is under way
     return None
 
 
