@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.config import TrainConfig
-from autotune.errors import UnsupportedConfig
+from autotune.errors import DiskFull, UnsupportedConfig
 from autotune.knobs.support import check_supported
 from autotune.measure import outcomes
 from autotune.search.memory_model import memory_context, skip_prediction
@@ -151,6 +151,9 @@ class Objective:
             )
         except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
             record.write_stopped(trial, *outcomes.interrupted_by_user(stop_signal_of(exc)))
+            raise
+        except DiskFull as exc:  # no fault of the configuration: it may be run again once there is room
+            record.write_stopped(trial, outcomes.INTERRUPTED, str(exc))
             raise
 
     def record_stop(self, signum: int) -> None:

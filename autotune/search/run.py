@@ -28,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import RunSpec, TrainConfig, check_int
 from autotune.device import DeviceInfo, describe, resolve_device, total_host_memory
 from autotune.device.disk import check_writable
-from autotune.errors import AutotuneError, UsageError
+from autotune.errors import AutotuneError, DiskFull, UsageError
 from autotune.measure import outcomes
 from autotune.model.sizes import ModelDims
 from autotune.recipe.from_study import write_recipe
@@ -37,7 +37,7 @@ from autotune.search.objective import Objective, TrialFailed
 from autotune.search.references import enqueue_references
 from autotune.search.sampler import PlannerSampler, study_sampler
 from autotune.search.settings import SearchSettings
-from autotune.search.stopping import SearchStop, budget_stop, interrupted_stop, settled_stop
+from autotune.search.stopping import SearchStop, budget_stop, interrupted_stop, no_room_stop, settled_stop
 from autotune.space.file import default_space_path, load_space
 from autotune.study.leaders import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.study.lifecycle import StudyContext, check_rules, fail_orphaned_trials, open_study, worker_seed
@@ -388,6 +388,7 @@ def _run_search(settings: SearchSettings, reporter: Reporter | None) -> SearchRe
 
     callbacks: list = [after_trial, settle]
     stop: KeyboardInterrupt | None = None
+    full: DiskFull | None = None
     try:
         with _stops_through_optuna():
             study.optimize(
@@ -403,6 +404,8 @@ def _run_search(settings: SearchSettings, reporter: Reporter | None) -> SearchRe
     except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
         stop = exc
         objective.record_stop(stop_signal_of(exc))
+    except DiskFull as exc:  # the trials' folder or a file of a trial: every trial after it would fail alike
+        full = exc
     except sqlalchemy.exc.SQLAlchemyError as exc:  # a database that filled up or went away mid-study
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise AutotuneError(
@@ -420,6 +423,8 @@ def _run_search(settings: SearchSettings, reporter: Reporter | None) -> SearchRe
         path = write_recipe(study, summary, name, url, settings.recipe)
     if stop is not None:
         stopped = interrupted_stop(signal.Signals(stop_signal_of(stop)).name)
+    elif full is not None:
+        stopped = no_room_stop(str(full))
     elif settled:
         stopped = settled_stop(settled[-1])
     else:
@@ -429,6 +434,8 @@ def _run_search(settings: SearchSettings, reporter: Reporter | None) -> SearchRe
     result = SearchResult(study, summary, ctx, url, path, opened.is_new, stopped=stopped, stages=stage_counts(summary))
     if stop is not None:
         raise SearchInterrupted(result, stop_signal_of(stop))
+    if full is not None:
+        raise SearchOutOfRoom(result, full)
     return result
 
 
@@ -487,16 +494,31 @@ def warn_if_sqlite_shared(study: optuna.Study, url: str) -> bool:
     return bool(others)
 
 
-class SearchInterrupted(AutotuneError):
+class SearchStopped(AutotuneError):
+    """A search that stopped before its end with its result kept (the trial it was running
+    recorded, the best so far written): the command line prints its summary, then this line."""
+
+    def __init__(self, message: str, result: SearchResult) -> None:
+        super().__init__(message + (f"; the best so far is in {result.recipe_path}" if result.recipe_path else ""))
+        self.result = result
+
+
+class SearchInterrupted(SearchStopped):
     """Ctrl-C, SIGTERM or SIGHUP: the running trial was killed and recorded; the best so far
     was written. Exit 128 + the signal: 130 (Ctrl-C), 143 (SIGTERM), 129 (SIGHUP)."""
 
     def __init__(self, result: SearchResult, signum: int = 2) -> None:
         how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        super().__init__(
-            f"{how}: the running trial was stopped and recorded"
-            + (f"; the best so far is in {result.recipe_path}" if result.recipe_path else "")
-        )
-        self.result = result
+        super().__init__(f"{how}: the running trial was stopped and recorded", result)
         self.signum = signum
         self.exit_code = exit_code_for(self)
+
+
+class SearchOutOfRoom(SearchStopped):
+    """A disk the trials write to has no room left (their temporary folder, a file a trial
+    writes): the trial that met it is recorded `interrupted` with the disk and the path, the best
+    so far written, exit 1. Every trial after it would fail the same way, each recorded as a
+    crash of its configuration."""
+
+    def __init__(self, result: SearchResult, full: DiskFull) -> None:
+        super().__init__(f"the search stopped: {full}; the trials recorded so far are kept", result)
