@@ -42,6 +42,7 @@ from autotune.measure.measurement import Measurement
 from autotune.trial import folders, fork_server
 from autotune.trial.processes import (
     begin_stop,
+    death_signal_setter,
     kill_group,
     kill_processes,
     processes_with_env,
@@ -242,6 +243,9 @@ def _start(
             stdout=stderr,
             stderr=stderr,
             start_new_session=True,  # its own process group, killed whole
+            # Dies with the tuner from its first instruction: the trial's own die_with_parent
+            # comes only after the interpreter has started and imported (a second or so).
+            preexec_fn=death_signal_setter(os.getpid()),
             env=env,
             cwd=os.getcwd(),
         )

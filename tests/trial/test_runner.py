@@ -72,15 +72,17 @@ def test_sigkill_of_the_tuner_kills_its_trial_and_the_same_command_resumes(seede
     running = hold_a_running_trial(url, name, tuner)
     before = {t.number: t.state for t in load(url, name).get_trials()}
     trial_pid = running.user_attrs["trial_pid"]
-    server = parent_of(trial_pid)  # the fork server the trial was forked from
-    assert server not in (None, tuner.pid)
+    # The fork server the trial was forked from; the tuner where its temp dir is too deep for the
+    # server's socket (as under pytest-xdist): the trial is then a fresh interpreter.
+    server = parent_of(trial_pid)
+    assert server is not None
     tuner.kill()  # SIGKILL: the tuner gets no say
     tuner.wait()
     # The trial is still held stopped: were it left to run, it would end by itself within a
     # second or two, and its end could pass for a death with the tuner. Stopped, only a kill
     # ends it. 5 s only bounds the wait; it dies within a fraction of one.
     with killed_if_left(trial_pid, server):
-        wait_for(lambda: not pid_alive(trial_pid) and not pid_alive(server), 5, "the trial and the server to die")
+        wait_for(lambda: not pid_alive(trial_pid) and not pid_alive(server), 5, "the trial and its parent to die")
     tuner.communicate()  # the server and the trial held its pipes: read once they are gone
     assert load(url, name).get_trials()[running.number].state == TrialState.RUNNING  # nobody could record it
 
@@ -128,4 +130,19 @@ def test_sigkill_of_the_tuner_kills_the_fork_server_and_the_trials_whole_group(t
             "the fork server, the trial and its process group to die with the tuner",
             poll=0.05,
         )
+    tuner.communicate()
+
+
+def test_sigkill_of_the_tuner_kills_a_fresh_interpreters_trial_still_starting(seeded, tmp_path):
+    # AUTOTUNE_TRIAL_START=exec (also the fallback where the fork server cannot run): the trial
+    # set its death signal only once its interpreter had started and imported. Held stopped
+    # as soon as it exists, before that, it outlived its tuner.
+    url, name = seeded
+    tuner = start_tuner(*search_args(url, name, 8), cwd=tmp_path, env=repo_env(AUTOTUNE_TRIAL_START="exec"))
+    trial_pid = hold_a_running_trial(url, name, tuner).user_attrs["trial_pid"]
+    assert parent_of(trial_pid) == tuner.pid
+    tuner.kill()
+    tuner.wait()
+    with killed_if_left(trial_pid):
+        wait_for(lambda: not pid_alive(trial_pid), 5, "the trial to die with its tuner", poll=0.05)
     tuner.communicate()
