@@ -32,6 +32,17 @@ class UnsupportedConfig(AutotuneError):
         self.reason = reason
 
 
+class DiskFull(AutotuneError):
+    """A write refused for want of room: the disk is full (ENOSPC) or the user's quota on it is
+    used up (EDQUOT). `path`: where, when known. Nothing that writes there can run until there
+    is room (exit 1)."""
+
+    def __init__(self, path: str | None, why: str) -> None:
+        where = f": cannot write {path}" if path else ""
+        super().__init__(f"no room on the disk{where} ({why})")
+        self.path = path
+
+
 class RecipeEnvironmentWarning(UserWarning):
     """The recipe was measured on other hardware or another torch version."""
 

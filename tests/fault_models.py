@@ -10,16 +10,23 @@ tests: each is gpt2-tiny with a forward that misbehaves in one way a real trial 
                  print and through file descriptor 1 (as C code prints)
     host_hog     a factory that allocates HOST_HOG_BYTES of host memory, 32 MiB at a time,
                  before it returns gpt2-tiny (as one building a far bigger model would)
+    full_disk    gpt2-tiny; from its second build on (the probe builds it first), the disk of
+                 the trial's folder is full: a file opened there for writing cannot be written
+                 (ENOSPC), as when TMPDIR fills up while the trial runs
 
 The trial process imports them from its working directory (the test's tmp dir), so the
 tests put the repository root on PYTHONPATH."""
 
 from __future__ import annotations
 
+import builtins
+import errno
+import io
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -29,6 +36,8 @@ from autotune.model.sizes import MODEL_SIZES
 
 # Where `hang` writes the pid of the child it starts, when the test asks for it.
 PIDFILE_ENV = "AUTOTUNE_TEST_PIDFILE"
+# Where `full_disk` counts its builds (one line each), across the processes that build it.
+BUILDS_ENV = "AUTOTUNE_TEST_BUILDS"
 HOG_BYTES_PER_TOKEN = 64 * 1024
 HOG_CAP_BYTES = 1_200_000_000
 HOST_HOG_BYTES = 1536 << 20  # 1.5 GiB: far above a 256 MiB limit, well within this machine
@@ -127,3 +136,29 @@ class Chatty(_Tiny):
 
 def chatty() -> GPT:
     return Chatty()
+
+
+class _FullFile(io.TextIOWrapper):
+    """A file on a full disk: it opens, but nothing can be written to it."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # as write(2) says it: no file name
+
+
+def full_disk() -> GPT:
+    with open(os.environ[BUILDS_ENV], "a", encoding="utf-8") as f:
+        f.write("built\n")
+    with open(os.environ[BUILDS_ENV], encoding="utf-8") as f:
+        builds = len(f.read().splitlines())
+    if builds >= 2:
+        real = builtins.open
+        folder = os.path.join(tempfile.gettempdir(), "autotune-trial-")
+
+        def open_on_a_full_disk(file, mode="r", *args, **kwargs):
+            handle = real(file, mode, *args, **kwargs)
+            if str(file).startswith(folder) and any(m in mode for m in "wax") and "b" not in mode:
+                handle = _FullFile(handle.detach(), encoding=handle.encoding)
+            return handle
+
+        builtins.open = open_on_a_full_disk
+    return _Tiny()

@@ -4,13 +4,15 @@
 exposing `vocab_size` and `context_length` and returning the loss from forward(input_ids, labels).
 `make_odd_path`: the same blocks at `backbone.stack`, a path autotune cannot guess.
 `make_llama_reporting_its_process`: make_llama, after starting a process as a DataLoader starts
-its workers and writing to $AUTOTUNE_TEST_REPORT where that process came from."""
+its workers and writing to $AUTOTUNE_TEST_REPORT where that process came from, and the signals
+this process blocks and the handlers of SIGINT and SIGTERM (a fresh interpreter's)."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing
 import os
+import signal
 
 import torch
 import torch.nn as nn
@@ -113,7 +115,14 @@ def make_llama_reporting_its_process() -> LlamaLike:
     child.start()
     child_parent = parents.get()
     child.join()
-    report = {"start_method": context.get_start_method(), "factory_pid": os.getpid(), "child_parent": child_parent}
+    report = {
+        "start_method": context.get_start_method(),
+        "factory_pid": os.getpid(),
+        "child_parent": child_parent,
+        "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "sigint": repr(signal.getsignal(signal.SIGINT)),
+        "sigterm": repr(signal.getsignal(signal.SIGTERM)),
+    }
     with open(os.environ["AUTOTUNE_TEST_REPORT"], "w", encoding="utf-8") as f:
         json.dump(report, f)
     return LlamaLike()

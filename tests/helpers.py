@@ -529,6 +529,14 @@ def pid_alive(pid: int) -> bool:
     return False
 
 
+def parent_of(pid: int) -> int | None:
+    """The parent pid of a process, from /proc; None when there is no such process."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
 def group_alive(pgid: int) -> list[int]:
     """Processes of process group `pgid` that still run."""
     alive = []
@@ -537,6 +545,19 @@ def group_alive(pgid: int) -> list[int]:
         if stat is not None and stat[1] == pgid and stat[0] != "Z":
             alive.append(int(entry))
     return alive
+
+
+@contextlib.contextmanager
+def killed_if_left(*pids: int):
+    """Whatever the block asserts, the processes `pids` (and the groups they lead) are killed
+    when it ends: a test that finds them alive fails without leaving them running."""
+    try:
+        yield
+    finally:
+        for pid in pids:
+            for kill in (os.killpg, os.kill):
+                with contextlib.suppress(OSError):
+                    kill(pid, signal.SIGKILL)
 
 
 def wait_for(predicate, timeout: float, what: str, poll: float = 0.25):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 import click
 
@@ -38,15 +38,24 @@ class AutotuneGroup(click.Group):
     """Turns autotune's exceptions into `Error: <one line>` and their exit code, wherever they
     come from: a command, or an option's type reading its value. SIGTERM and SIGHUP stop a
     command as Ctrl-C does (what `timeout`, systemd, Slurm and Kubernetes send, and a closed
-    terminal), and a stop anywhere is one line and 128 + the signal, never click's "Aborted!"."""
+    terminal), and a stop anywhere is one line and 128 + the signal, never click's "Aborted!".
+    The first stop signal stops the command in order; the ones after it are absorbed (see
+    `stop_signals_raise`), through to the end of the process when the command is its own."""
+
+    def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
+        from autotune.trial.processes import stop_signals_raise
+
+        # `args` None: the process's own command line, read from sys.argv (a test's CliRunner
+        # passes the arguments, and its process goes on after the command).
+        with stop_signals_raise(then_ignored=args is None):
+            return super().main(args, *rest, **kwargs)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from autotune.trial.processes import exit_code_for, stop_signal_of, stop_signals_raise
+        from autotune.trial.processes import exit_code_for, stop_signal_of
 
         try:
             check_environment()  # every AUTOTUNE_* variable, before anything runs
-            with stop_signals_raise():
-                return super().invoke(ctx)
+            return super().invoke(ctx)
         except AutotuneError as exc:
             click.echo(f"Error: {printable(exc)}", err=True)  # one line, whatever the message holds
             sys.exit(exc.exit_code)

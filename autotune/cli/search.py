@@ -31,7 +31,7 @@ def search(devices, as_json, **values) -> None:
     """
     from autotune.present.progress import TerminalProgress
     from autotune.present.summaries import search_summary, summary_json
-    from autotune.search.run import SearchInterrupted, run_search
+    from autotune.search.run import SearchStopped, run_search
 
     settings = SearchSettings.from_options(values)
     reporter = TerminalProgress(
@@ -47,7 +47,7 @@ def search(devices, as_json, **values) -> None:
             result = run_workers(settings, devices, as_json=as_json)
         else:
             result = run_search(settings, reporter)
-    except SearchInterrupted as stop:
+    except SearchStopped as stop:
         reporter.close()
         if not settings.worker:
             say(search_summary(stop.result), err=True)

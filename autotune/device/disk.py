@@ -9,16 +9,46 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
 
-from autotune.errors import AutotuneError, UsageError
+from autotune.errors import AutotuneError, DiskFull, UsageError
 from autotune.units import format_bytes
 
 # A study's database grows by kilobytes a trial, a recipe is a few kilobytes: a disk with less
 # free than this is full for practical purposes (and SQLite needs room for its journal).
 MIN_FREE_BYTES = 16 << 20
+
+
+# A write refused for want of room: the disk is full, or the user's quota on it is used up.
+FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# Python's words for an OSError: "[Errno 28] No space left on device: 'PATH'" (no path from write).
+_ERRNO_TEXT = re.compile(r"\[Errno (\d+)\] ([^:\n]+)(?:: '([^'\n]*)')?")
+
+
+def disk_full(exc: BaseException, where: str | Path | None = None) -> DiskFull | None:
+    """`exc` as a DiskFull when it is an OSError for want of room (naming its file, else
+    `where`); None for any other error."""
+    if isinstance(exc, OSError) and exc.errno in FULL_DISK_ERRNOS:
+        path = exc.filename if exc.filename is not None else where
+        return DiskFull(None if path is None else str(path), exc.strerror or os.strerror(exc.errno))
+    return None
+
+
+def disk_full_in(text: str, where: str | Path | None = None) -> DiskFull | None:
+    """The same, read from what a process printed or recorded (a trial's stderr, a crash's
+    reason): Python's `[Errno 28] No space left on device: 'PATH'`, or the bare words C code
+    prints (then `where`); None when the text says nothing of the kind."""
+    for match in _ERRNO_TEXT.finditer(text):
+        if int(match.group(1)) in FULL_DISK_ERRNOS:
+            path = match.group(3) or (None if where is None else str(where))
+            return DiskFull(path, match.group(2))
+    for number in FULL_DISK_ERRNOS:
+        if os.strerror(number) in text:
+            return DiskFull(None if where is None else str(where), os.strerror(number))
+    return None
 
 
 def check_writable(path: str | Path, *, what: str, create_folders: bool = False, shown_as: str | None = None) -> None:

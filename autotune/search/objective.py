@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.config import TrainConfig
-from autotune.errors import UnsupportedConfig
+from autotune.errors import DiskFull, UnsupportedConfig
 from autotune.knobs.support import check_supported
 from autotune.measure import outcomes
 from autotune.search.memory_model import memory_context, skip_prediction
@@ -95,10 +95,12 @@ class Objective:
         # cannot be written (search.salvage); None until a figure is measured.
         self.measured: record.TrialRecord | None = None
         self.calls = 0  # trials begun (search.optimize counts them)
+        self.current: optuna.Trial | None = None  # the trial last handed to this objective
 
     def __call__(self, trial: optuna.Trial) -> float:
         self.measured = None
         self.calls += 1
+        self.current = trial
         try:
             return self._trial(trial)
         except StorageError as exc:
@@ -196,6 +198,21 @@ class Objective:
         except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
             record.write_stopped(trial, *outcomes.interrupted_by_user(stop_signal_of(exc)))
             raise
+        except DiskFull as exc:  # no fault of the configuration: it may be run again once there is room
+            record.write_stopped(trial, outcomes.INTERRUPTED, str(exc))
+            raise
+
+    def record_stop(self, signum: int) -> None:
+        """After a stop signal: the trial this objective ran, when Optuna could not record its
+        end (the signal landed in Optuna's own bookkeeping, which then leaves it RUNNING), is
+        recorded interrupted now, and FAIL."""
+        trial = self.current
+        if trial is None:
+            return
+        running = trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if any(t.number == trial.number for t in running):
+            record.write_stopped(trial, *outcomes.interrupted_by_user(signum))
+            trial.study.tell(trial, state=TrialState.FAIL)
 
     def _record(self, trial: optuna.Trial, result: TrialResult) -> float:
         m = result.measurement

@@ -11,6 +11,7 @@ Printing belongs to the caller: progress goes through a `Reporter` (the CLI's dr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -19,7 +20,7 @@ import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -27,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import RunSpec, TrainConfig, check_int
 from autotune.device import DeviceInfo, describe, resolve_device, total_host_memory
 from autotune.device.disk import check_writable
-from autotune.errors import AutotuneError, UsageError
+from autotune.errors import AutotuneError, DiskFull, UsageError
 from autotune.measure import outcomes
 from autotune.model.sizes import ModelDims
 from autotune.recipe.from_study import write_recipe
@@ -38,7 +39,7 @@ from autotune.search.references import enqueue_references, retry_interrupted_ref
 from autotune.search.salvage import Salvage
 from autotune.search.sampler import PlannerSampler, study_sampler
 from autotune.search.settings import SearchSettings
-from autotune.search.stopping import SearchStop, budget_stop, interrupted_stop, settled_stop
+from autotune.search.stopping import SearchStop, budget_stop, interrupted_stop, no_room_stop, settled_stop
 from autotune.space.file import default_space_path, load_space
 from autotune.study.leaders import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.study.lifecycle import StudyContext, check_rules, fail_orphaned_trials, open_study, worker_seed
@@ -54,7 +55,7 @@ from autotune.study.urls import (
     redact,
 )
 from autotune.trial import folders
-from autotune.trial.processes import exit_code_for, process_alive, stop_signal_of
+from autotune.trial.processes import exit_code_for, process_alive, stop_behind, stop_signal_of, stop_signals_raise
 from autotune.units import MIN_MEMORY_SIZE, check_memory_fraction, format_bytes
 
 log = logging.getLogger(__name__)
@@ -352,6 +353,14 @@ def open_search(settings: SearchSettings) -> OpenedStudy:
 
 
 def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> SearchResult:
+    """Run or resume the study (see the module's docstring). The first stop signal stops it in
+    order; the ones after it are absorbed until the trial is recorded and the recipe written
+    (`stop_signals_raise`)."""
+    with stop_signals_raise():
+        return _run_search(settings, reporter)
+
+
+def _run_search(settings: SearchSettings, reporter: Reporter | None) -> SearchResult:
     opened = open_search(settings)
     study, ctx, name, url = opened.study, opened.ctx, opened.name, opened.url
     if is_sqlite(url):
@@ -382,12 +391,17 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
 
     callbacks: list = [after_trial, settle]
     stop: KeyboardInterrupt | None = None
+    full: DiskFull | None = None
     try:
-        optimize(study, objective, n_trials=settings.trial_cap, timeout_s=settings.timeout_s, callbacks=callbacks)
+        with _stops_through_optuna():
+            optimize(study, objective, n_trials=settings.trial_cap, timeout_s=settings.timeout_s, callbacks=callbacks)
         if settings.confirm:
             confirm_leaders(study, summarize(study).leaders, ctx, reporter)
     except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
         stop = exc
+        objective.record_stop(stop_signal_of(exc))
+    except DiskFull as exc:  # the trials' folder or a file of a trial: every trial after it would fail alike
+        full = exc
     except (Exception, StudyNotWritable) as exc:  # the study's storage, or a disk, failed mid-study
         failure = salvage.failure(exc)
         if failure is None:
@@ -399,6 +413,8 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
         path = write_recipe(study, summary, name, url, settings.recipe)
     if stop is not None:
         stopped = interrupted_stop(signal.Signals(stop_signal_of(stop)).name)
+    elif full is not None:
+        stopped = no_room_stop(str(full))
     elif settled:
         stopped = settled_stop(settled[-1])
     else:
@@ -408,7 +424,23 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
     result = SearchResult(study, summary, ctx, url, path, opened.is_new, stopped=stopped, stages=stage_counts(summary))
     if stop is not None:
         raise SearchInterrupted(result, stop_signal_of(stop))
+    if full is not None:
+        raise SearchOutOfRoom(result, full)
     return result
+
+
+@contextlib.contextmanager
+def _stops_through_optuna() -> Iterator[None]:
+    """A stop signal that lands inside Optuna's own bookkeeping (its recording of a trial's end)
+    can break it: its `finally` then fails with an UnboundLocalError raised while handling the
+    KeyboardInterrupt. That error is the stop, and is raised as the stop it was."""
+    try:
+        yield
+    except Exception as exc:
+        stop = stop_behind(exc)
+        if stop is None:
+            raise
+        raise stop from None
 
 
 def stage_counts(summary: StudySummary) -> dict[str, int]:
@@ -452,16 +484,31 @@ def warn_if_sqlite_shared(study: optuna.Study, url: str) -> bool:
     return bool(others)
 
 
-class SearchInterrupted(AutotuneError):
+class SearchStopped(AutotuneError):
+    """A search that stopped before its end with its result kept (the trial it was running
+    recorded, the best so far written): the command line prints its summary, then this line."""
+
+    def __init__(self, message: str, result: SearchResult) -> None:
+        super().__init__(message + (f"; the best so far is in {result.recipe_path}" if result.recipe_path else ""))
+        self.result = result
+
+
+class SearchInterrupted(SearchStopped):
     """Ctrl-C, SIGTERM or SIGHUP: the running trial was killed and recorded; the best so far
     was written. Exit 128 + the signal: 130 (Ctrl-C), 143 (SIGTERM), 129 (SIGHUP)."""
 
     def __init__(self, result: SearchResult, signum: int = 2) -> None:
         how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        super().__init__(
-            f"{how}: the running trial was stopped and recorded"
-            + (f"; the best so far is in {result.recipe_path}" if result.recipe_path else "")
-        )
-        self.result = result
+        super().__init__(f"{how}: the running trial was stopped and recorded", result)
         self.signum = signum
         self.exit_code = exit_code_for(self)
+
+
+class SearchOutOfRoom(SearchStopped):
+    """A disk the trials write to has no room left (their temporary folder, a file a trial
+    writes): the trial that met it is recorded `interrupted` with the disk and the path, the best
+    so far written, exit 1. Every trial after it would fail the same way, each recorded as a
+    crash of its configuration."""
+
+    def __init__(self, result: SearchResult, full: DiskFull) -> None:
+        super().__init__(f"the search stopped: {full}; the trials recorded so far are kept", result)

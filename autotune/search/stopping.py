@@ -1,6 +1,6 @@
 """Why a search stopped, for its summary and `--json`: the planner found nothing left worth a
 trial (`settled`, with its reason), `--n-trials` or the trial cap was reached, `--timeout`
-passed, or someone stopped it (Ctrl-C, SIGTERM, SIGHUP)."""
+passed, someone stopped it (Ctrl-C, SIGTERM, SIGHUP), or a disk the trials write to filled up."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 SETTLED, N_TRIALS, TIMEOUT, INTERRUPTED = "settled", "n_trials", "timeout", "interrupted"
+NO_ROOM = "no_room"
 
 
 @dataclass(frozen=True)
 class SearchStop:
-    """Why a search stopped: `reason` one of SETTLED, N_TRIALS, TIMEOUT, INTERRUPTED; `text` one
-    line for people."""
+    """Why a search stopped: `reason` one of SETTLED, N_TRIALS, TIMEOUT, INTERRUPTED, NO_ROOM;
+    `text` one line for people."""
 
     reason: str
     text: str
@@ -40,3 +41,7 @@ def budget_stop(*, ran: int, n_trials: int | None, timeout_s: float | None, cap:
 def interrupted_stop(signal_name: str) -> SearchStop:
     how = "Ctrl-C" if signal_name == "SIGINT" else signal_name
     return SearchStop(INTERRUPTED, f"stopped by {how}")
+
+
+def no_room_stop(why: str) -> SearchStop:
+    return SearchStop(NO_ROOM, why)

@@ -8,17 +8,20 @@
 
 A fresh interpreter each time: a CUDA OOM or illegal access can poison a process; compile
 caches and DataLoader workers leak across runs; a user's factory may raise, exit or hang. The
-result is written as JSON, atomically. The process dies with the tuner: PR_SET_PDEATHSIG
-delivers SIGKILL if the parent goes first."""
+result is written as JSON, atomically; where the disk has no room for it, the process exits
+with the error's number (ENOSPC 28, EDQUOT 122). The process dies with the tuner:
+PR_SET_PDEATHSIG delivers SIGKILL if the parent goes first."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
 from typing import Any
 
+from autotune.device.disk import FULL_DISK_ERRNOS
 from autotune.trial.processes import die_with_parent
 
 
@@ -35,10 +38,25 @@ def main(argv: list[str]) -> int:
         payload = _soak(request)
     else:
         payload = _measure(request, started)
+    return _write_result(payload, result_path)
+
+
+def _write_result(payload: dict[str, Any], result_path: str) -> int:
+    """Write the result, atomically (the runner never reads half of one): 0. On a disk with no
+    room for it, say so as Python would (the runner reads the path in the stderr tail, when that
+    could be written) and exit with the error's number (ENOSPC or EDQUOT): the runner then
+    knows why there is no result, and stops the search rather than count a crash."""
     tmp = result_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f)
-    os.replace(tmp, result_path)  # atomic: the runner never reads half a result
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(payload, f)
+        os.replace(tmp, result_path)
+    except OSError as exc:
+        if exc.errno not in FULL_DISK_ERRNOS:
+            raise
+        with contextlib.suppress(OSError):  # the trial's stderr may be on the same full disk
+            print(f"OSError: {OSError(exc.errno, exc.strerror, exc.filename or tmp)}", file=sys.stderr, flush=True)
+        return exc.errno
     return 0
 
 

@@ -10,7 +10,16 @@ Each child becomes what `python -m autotune.trial` would be: its own session (it
 killed whole), stdout and stderr to the trial's file, the environment and working directory
 the runner gives it (the working directory first on sys.path, as `-m` puts it), the platform's
 default multiprocessing start method (a DataLoader's workers fork from the trial), and death
-with its parent, the server, which exits when the tuner does.
+with its parent, the server.
+
+The server exits when the tuner does, however it dies (kill -9 included): multiprocessing ends
+the server when the last holder of the write end of its "alive" pipe is gone, and it hands a
+copy to every process it forks, for that process to start processes of its own from the server.
+A trial never does, so it closes its copy at once: otherwise a trial kept its own server alive,
+and with it itself (its PR_SET_PDEATHSIG names the server), running on for its whole measurement
+after its tuner was killed. On the way out the server kills its trials' process groups and every
+process carrying the tuner's token; it also gets PR_SET_PDEATHSIG from the tuner, for a trial
+that still holds its copy (not yet started, or held stopped): see `trial.server_exit`.
 
 The server starts with this tuner's token in its environment (TOKEN_ENV). A forked process
 shows the environment of its last exec'd ancestor in /proc/PID/environ, so the token marks
@@ -32,6 +41,7 @@ import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
 import secrets
+import signal
 import sys
 import tempfile
 import threading
@@ -43,6 +53,8 @@ from autotune import environment
 TOKEN_ENV = environment.TRIAL_TOKEN
 START_ENV = environment.TRIAL_START  # fork (default) | exec
 PRELOAD = ["torch", "torch._dynamo", "autotune.measure.loop"]  # what every trial imports; never CUDA initialization
+# Imported first by the server: it dies with the tuner and kills what it started (see there).
+SERVER_EXIT = "autotune.trial.server_exit"
 # What a trial of a Hugging Face model imports besides: ~10 s of CPU per process on a small
 # machine (more than torch), paid once in the server instead of in the probe and every trial.
 HF_PRELOAD = ["transformers", "transformers.models.gpt2.modeling_gpt2", "transformers.models.llama.modeling_llama"]
@@ -122,10 +134,26 @@ def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext
     with _lock:
         # The resource tracker first and outside the token: it is no trial's.
         multiprocessing.resource_tracker.ensure_running()
-        context.set_forkserver_preload([*PRELOAD, *preload])
-        with _environment(TOKEN_ENV, token()):
+        context.set_forkserver_preload([SERVER_EXIT, *PRELOAD, *preload])
+        with _environment(TOKEN_ENV, token()), _ctrl_c_blocked():
             multiprocessing.forkserver.ensure_running()  # a no-op while it runs
     return context
+
+
+@contextlib.contextmanager
+def _ctrl_c_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread while the server is started, so blocked in the server from
+    its first instruction (a signal mask survives fork and exec), as multiprocessing does for
+    its resource tracker. A terminal's Ctrl-C reaches the whole foreground process group, the
+    server included, and the server ignores SIGINT only once it has imported torch: before, it
+    printed a KeyboardInterrupt traceback under the tuner's one line. Blocked, the Ctrl-C waits,
+    and is dropped when the server ignores SIGINT; the tuner alone acts on it. A trial unblocks
+    it as it starts (`_child`)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 @contextlib.contextmanager
@@ -163,6 +191,8 @@ def _environment(name: str, value: str) -> Iterator[None]:
 def _child(argv: list[str], env: dict[str, Any], cwd: str, output: str) -> None:
     """In the forked trial: become `python -m autotune.trial ARGV`."""
     os.setsid()
+    _close_the_servers_alive_pipe()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler (server_exit) is not a trial's
     # multiprocessing's default context, as a fresh interpreter has it: a forked child inherits
     # the server's (forkserver), and a DataLoader's workers would then come from a second fork
     # server, an interpreter importing torch inside the trial, not forked from it as in a user's
@@ -172,6 +202,9 @@ def _child(argv: list[str], env: dict[str, Any], cwd: str, output: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    # The server's mask blocks SIGINT (see _ctrl_c_blocked); a trial takes it as any process
+    # does, now that what it would print goes to its own file.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
@@ -182,3 +215,14 @@ def _child(argv: list[str], env: dict[str, Any], cwd: str, output: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # as the script does: skip the interpreter's teardown
+
+
+def _close_the_servers_alive_pipe() -> None:
+    """Close this process's copy of the write end of the server's "alive" pipe (see the
+    module's docstring): the tuner's must be the last, so that the server ends with the tuner."""
+    server = multiprocessing.forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = None

@@ -132,33 +132,89 @@ def exit_code_for(exc: BaseException) -> int:
     return 128 + stop_signal_of(exc)
 
 
+def stop_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The stop (a KeyboardInterrupt) that `exc` is, or was raised while handling; None if none."""
+    seen: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and all(link is not s for s in seen):
+        if isinstance(link, KeyboardInterrupt):
+            return link
+        seen.append(link)
+        link = link.__context__
+    return None
+
+
 def stop_exception(signum: int) -> KeyboardInterrupt:
     """What a stop signal raises: KeyboardInterrupt for SIGINT, `Stopped` for the others."""
     return KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
 
 
-def _raise_stopped(signum: int, frame: object) -> None:
-    raise Stopped(signum)
+class _StopState:
+    """Where this process stands with stop signals (they are the process's, handled in its main
+    thread): how many `stop_signals_raise` blocks are open, and the signal of the stop under way
+    once one has raised in them."""
+
+    blocks = 0
+    under_way: int | None = None
+
+
+def stop_under_way() -> int | None:
+    """The signal of the stop under way (one has raised, and the orderly stop it started goes
+    on), or None."""
+    return _StopState.under_way
+
+
+def begin_stop(signum: int) -> None:
+    """Raise the stop for `signum` (KeyboardInterrupt, or `Stopped`): the first one. Inside
+    `stop_signals_raise`, once one has raised, a stop is under way and later ones return here
+    without raising (absorbed)."""
+    if _StopState.blocks:
+        if _StopState.under_way is not None:
+            return
+        _StopState.under_way = signum
+    raise stop_exception(signum)
+
+
+def _stop_handler(signum: int, frame: object) -> None:
+    begin_stop(signum)
+
+
+def _ours_to_handle(handler: object) -> bool:
+    """A stop signal's handler that `stop_signals_raise` takes over: Python's own (SIGINT's
+    KeyboardInterrupt, the default action) or ours; never one set to be ignored (nohup ignores
+    SIGHUP) nor a library caller's own."""
+    return handler in (signal.default_int_handler, signal.SIG_DFL, _stop_handler)
 
 
 @contextlib.contextmanager
-def stop_signals_raise() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise `Stopped` (a KeyboardInterrupt) in the main
-    thread, as SIGINT raises KeyboardInterrupt. Outside the main thread it does nothing."""
+def stop_signals_raise(*, then_ignored: bool = False) -> Iterator[None]:
+    """Within the block a stop signal raises in the main thread: KeyboardInterrupt for SIGINT,
+    `Stopped` (a KeyboardInterrupt) for SIGTERM and SIGHUP, so every `except KeyboardInterrupt`
+    and `finally` on the way up runs. The first one only: it starts an orderly stop (the trial
+    killed and recorded, the best-so-far recipe written), and the ones after it are absorbed
+    until the outermost block ends. A user pressing Ctrl-C again and again while the tuner
+    stops must not cut that short: a second KeyboardInterrupt inside Optuna's recording of the
+    trial left it RUNNING, and no recipe was written.
+
+    `then_ignored`: the block is the last work of the process (the command line's). After a
+    stop, stop signals stay ignored until it has exited: Python restores SIGINT's default
+    action as it shuts down, and a later press killed it by SIGINT, or raised into its exit
+    hooks. Outside the main thread it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    # A signal set to be ignored (nohup ignores SIGHUP) stays ignored.
-    previous = {
-        sig: signal.signal(sig, _raise_stopped)
-        for sig in STOP_SIGNALS
-        if sig != signal.SIGINT and signal.getsignal(sig) is not signal.SIG_IGN
-    }
+    taken = [sig for sig in STOP_SIGNALS if _ours_to_handle(signal.getsignal(sig))]
+    previous = {sig: signal.signal(sig, _stop_handler) for sig in taken}
+    _StopState.blocks += 1
     try:
         yield
     finally:
+        _StopState.blocks -= 1
+        stopped = _StopState.under_way is not None
+        if not _StopState.blocks:
+            _StopState.under_way = None
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if then_ignored and stopped else handler)
 
 
 @contextlib.contextmanager
@@ -167,16 +223,18 @@ def stop_signals_recorded() -> Iterator[list[int]]:
     list, never raised: the block checks the list where it chooses. A KeyboardInterrupt raised
     at an arbitrary bytecode can land inside `Popen.poll()` between taking and releasing its
     wait lock, and that Popen then never reports its child's exit: a supervisor polling it would
-    wait forever. Outside the main thread it records nothing."""
+    wait forever. A signal while a stop is under way is not recorded (`stop_signals_raise`).
+    Outside the main thread it records nothing."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
         return
-    previous = {
-        sig: signal.signal(sig, lambda signum, frame: received.append(signum))
-        for sig in STOP_SIGNALS
-        if signal.getsignal(sig) is not signal.SIG_IGN
-    }
+
+    def record(signum: int, frame: object) -> None:
+        if stop_under_way() is None:  # else absorbed: see stop_signals_raise
+            received.append(signum)
+
+    previous = {sig: signal.signal(sig, record) for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield received
     finally:
@@ -197,7 +255,7 @@ def stops_not_swallowed() -> Iterator[None]:
 
     def stop(signum: int, frame: object) -> None:
         received.append(signum)
-        raise stop_exception(signum)
+        begin_stop(signum)
 
     previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
@@ -213,16 +271,17 @@ def stops_not_swallowed() -> Iterator[None]:
 def stops_deferred() -> Iterator[None]:
     """Hold a stop signal that arrives inside the block until the block is done, then raise it:
     what the block writes (a study and its set-up, a trial's clean-up) is never left half
-    done. A second signal inside the block raises at once (the user insists)."""
+    done. Later signals inside the block are absorbed, as are all of them while a stop is
+    already under way (`stop_signals_raise`): pressing Ctrl-C again must not cut short the
+    work the first press waits on."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     pending: list[int] = []
 
     def hold(signum: int, frame: object) -> None:
-        if pending:
-            raise stop_exception(signum)
-        pending.append(signum)
+        if not pending and stop_under_way() is None:
+            pending.append(signum)
 
     previous = {sig: signal.signal(sig, hold) for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
     try:

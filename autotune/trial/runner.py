@@ -19,6 +19,7 @@ the limit it stops the trial before the machine starts swapping, and records it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -28,21 +29,24 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from autotune.config import RunSpec, TrainConfig, check_runnable_here
 from autotune.device import DeviceInfo, ProcessTreeMemory, descendants
+from autotune.device.disk import FULL_DISK_ERRNOS, disk_full, disk_full_in
 from autotune.device.memory import oom_kill_count, read_stat
+from autotune.errors import DiskFull
 from autotune.knobs.allocator import allocator_env
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.trial import folders, fork_server
 from autotune.trial.processes import (
+    begin_stop,
+    death_signal_setter,
     kill_group,
     kill_processes,
     processes_with_env,
     stderr_tail,
-    stop_exception,
     stop_signals_recorded,
     stops_deferred,
 )
@@ -80,7 +84,8 @@ def run_trial(
     """Measure `cfg` in a child process. Never raises for what the trial does; a
     KeyboardInterrupt (Ctrl-C, or `Stopped` for SIGTERM/SIGHUP) kills the child's processes and
     propagates. A configuration this machine should not start (more DataLoader workers than
-    it has CPUs for) is a UsageError, raised before any process starts."""
+    it has CPUs for) is a UsageError, raised before any process starts. A disk with no room
+    for the trial's files, or one its run crashed on, raises DiskFull (see `_raise_if_no_room`)."""
     check_runnable_here(cfg)
     request = {"spec": spec.to_dict(), "config": cfg.to_dict(), "device": device.to_dict() if device else None}
     limit = spec.memory_limit_bytes if spec.device_kind == "cpu" else None
@@ -91,6 +96,7 @@ def run_trial(
         return TrialResult(child.verdict[0], child.verdict[1], wall_s=child.wall_s)
     if child.payload is not None:
         m = Measurement.from_dict(child.payload["measurement"])
+        _raise_if_crashed_for_want_of_room(m.outcome, m.reason)
         phases = dict(m.phase_s)
         phases["spawn_to_ready"] = child.payload["ready_at"] - child.spawned
         phases["teardown"] = max(0.0, child.wall_s - phases["spawn_to_ready"] - phases.get("total", 0.0))
@@ -118,6 +124,7 @@ def run_soak(
         return child.verdict[0], child.verdict[1], None
     if child.payload is not None:
         run = child.payload["soak"]
+        _raise_if_crashed_for_want_of_room(run["outcome"], run.get("reason"))
         return run["outcome"], run.get("reason"), run
     return (*outcomes.classify_exit(child.returncode, child.stderr_tail, oom_killed=child.oom_killed), None)
 
@@ -150,10 +157,13 @@ def run_child(
     and reap everything it started (see the module's docstring)."""
     fork = fork_server.fork_enabled()
     token = fork_server.token() if fork else secrets.token_hex(16)  # the tuner's, or this trial's
-    with tempfile.TemporaryDirectory(prefix=folders.folder_prefix()) as tmp:
+    with _room_needed(tempfile.gettempdir()):
+        folder = tempfile.TemporaryDirectory(prefix=folders.folder_prefix())
+    with folder as tmp:
         request_path, result, stderr_path = Path(tmp, "request.json"), Path(tmp, "result.json"), Path(tmp, "stderr")
-        request_path.write_text(json.dumps(request))
-        stderr_path.touch()
+        with _room_needed(tmp):
+            request_path.write_text(json.dumps(request))
+            stderr_path.touch()
         argv = [*mode, str(request_path), str(result)]
         spawned = time.time()
         kills_before = oom_kill_count()
@@ -172,7 +182,43 @@ def run_child(
         payload = json.loads(result.read_text()) if verdict is None and result.exists() else None
         kills_after = oom_kill_count()
         oom_killed = None if kills_before is None or kills_after is None else kills_after > kills_before
-        return ChildRun(proc.returncode, payload, verdict, stderr_tail(stderr_path), spawned, wall, reaped, oom_killed)
+        tail = stderr_tail(stderr_path)
+        if verdict is None and payload is None:
+            _raise_if_no_room(proc.returncode, tail, tmp)
+        return ChildRun(proc.returncode, payload, verdict, tail, spawned, wall, reaped, oom_killed)
+
+
+@contextlib.contextmanager
+def _room_needed(where: str) -> Iterator[None]:
+    """A write inside the block refused for want of room raises DiskFull, naming the file (else
+    `where`); other errors go on as they are."""
+    try:
+        yield
+    except OSError as exc:
+        full = disk_full(exc, where)
+        if full is None:
+            raise
+        raise full from None
+
+
+def _raise_if_no_room(returncode: int, tail: str, folder: str) -> None:
+    """A child that ended without a result for want of room: it exits with the error's number
+    when it cannot write its result (see trial.__main__), or its stderr says so. A full disk is
+    no fault of the configuration, and every child after it would fail the same way: DiskFull,
+    naming the path (else the child's folder), stops the caller instead of a crash recorded."""
+    full = disk_full_in(tail, folder)
+    if full is None and returncode in FULL_DISK_ERRNOS:
+        full = DiskFull(folder, os.strerror(returncode))
+    if full is not None:
+        raise full
+
+
+def _raise_if_crashed_for_want_of_room(outcome: str, reason: str | None) -> None:
+    """The same for a run that recorded a crash whose error says the disk had no room (a file of
+    the model's, torch.compile's cache in the temporary folder)."""
+    full = disk_full_in(reason) if outcome == outcomes.CRASHED and reason else None
+    if full is not None:
+        raise full
 
 
 def _model_of(request: dict[str, Any]) -> str | None:
@@ -197,6 +243,9 @@ def _start(
             stdout=stderr,
             stderr=stderr,
             start_new_session=True,  # its own process group, killed whole
+            # Dies with the tuner from its first instruction: the trial's own die_with_parent
+            # comes only after the interpreter has started and imported (a second or so).
+            preexec_fn=death_signal_setter(os.getpid()),
             env=env,
             cwd=os.getcwd(),
         )
@@ -223,7 +272,7 @@ def _wait(
                     return verdict
             time.sleep(POLL_S)
     if received:
-        raise stop_exception(received[0])
+        begin_stop(received[0])  # raises: no signal is recorded while a stop is under way
     return None
 
 

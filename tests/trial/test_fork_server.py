@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -58,6 +59,10 @@ def test_a_forked_trial_starts_processes_as_a_fresh_interpreter_would(monkeypatc
     assert report["start_method"] == fresh_method.strip(), report
     if report["start_method"] == "fork":
         assert report["child_parent"] == report["factory_pid"], report
+    # Signals as a fresh interpreter has them: the server blocks SIGINT (a terminal's Ctrl-C is
+    # its tuner's alone) and handles SIGTERM (its tuner's death); a trial does neither.
+    assert report["blocked"] == [] and report["sigint"] == repr(signal.default_int_handler), report
+    assert report["sigterm"] == repr(signal.SIG_DFL), report
 
 
 def test_a_temp_dir_too_deep_for_the_servers_socket_runs_trials_all_the_same(tmp_path):

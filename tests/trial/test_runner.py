@@ -5,7 +5,6 @@ and the same command resumes the study."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 
@@ -14,9 +13,14 @@ from optuna.trial import TrialState
 
 from autotune.measure import outcomes
 from tests.helpers import (
+    FAST,
     FINISHED,
+    TINY_SPACE,
+    group_alive,
     hold_a_running_trial,
+    killed_if_left,
     load,
+    parent_of,
     pid_alive,
     repo_env,
     run_autotune,
@@ -67,14 +71,19 @@ def test_sigkill_of_the_tuner_kills_its_trial_and_the_same_command_resumes(seede
     tuner = start_tuner(*search_args(url, name, 8), cwd=tmp_path, env=env)
     running = hold_a_running_trial(url, name, tuner)
     before = {t.number: t.state for t in load(url, name).get_trials()}
+    trial_pid = running.user_attrs["trial_pid"]
+    # The fork server the trial was forked from; the tuner where its temp dir is too deep for the
+    # server's socket (as under pytest-xdist): the trial is then a fresh interpreter.
+    server = parent_of(trial_pid)
+    assert server is not None
     tuner.kill()  # SIGKILL: the tuner gets no say
     tuner.wait()
-    # Held stopped, the trial could not see its tuner die: let it run now (nobody is left to
-    # record what it measures).
-    os.kill(running.user_attrs["trial_pid"], signal.SIGCONT)
-    tuner.communicate()
-    # PR_SET_PDEATHSIG: the trial process dies with its tuner, it does not run on unattended.
-    wait_for(lambda: not pid_alive(running.user_attrs["trial_pid"]), 10, "the trial process to die with its tuner")
+    # The trial is still held stopped: were it left to run, it would end by itself within a
+    # second or two, and its end could pass for a death with the tuner. Stopped, only a kill
+    # ends it. 5 s only bounds the wait; it dies within a fraction of one.
+    with killed_if_left(trial_pid, server):
+        wait_for(lambda: not pid_alive(trial_pid) and not pid_alive(server), 5, "the trial and its parent to die")
+    tuner.communicate()  # the server and the trial held its pipes: read once they are gone
     assert load(url, name).get_trials()[running.number].state == TrialState.RUNNING  # nobody could record it
 
     # The same command, one more trial (and no re-measurement of the leaders: not the subject).
@@ -92,3 +101,48 @@ def test_sigkill_of_the_tuner_kills_its_trial_and_the_same_command_resumes(seede
     assert len(retry) == 1 and retry[0].state in FINISHED and retry[0].params == killed.params
     assert retry[0].user_attrs.get("tuner_pid") != killed.user_attrs.get("tuner_pid")
     assert not any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
+
+
+def test_sigkill_of_the_tuner_kills_the_fork_server_and_the_trials_whole_group(tmp_path):
+    # A trial that runs on (a forward that never returns) with a child in its process group, as a
+    # DataLoader worker would be: on a GPU the trial holds the device and its memory, and the
+    # user reruns the command at once.
+    pidfile = tmp_path / "child.pid"
+    env = repo_env(AUTOTUNE_TEST_PIDFILE=str(pidfile))
+    args = ["search", "--model", "tests.fault_models:hang", *FAST, "--space", str(TINY_SPACE)]
+    tuner = start_tuner(*args, "--n-trials", "1", "--trial-timeout", "600s", cwd=tmp_path, env=env)
+
+    def started() -> bool:
+        assert tuner.poll() is None, tuner.communicate()[1][-3000:]
+        return pidfile.exists()
+
+    wait_for(started, 180, "the trial's forward to start its child")
+    child = int(pidfile.read_text())
+    trial = parent_of(child)
+    server = parent_of(trial)
+    assert server not in (None, tuner.pid)  # forked from the server, not from the tuner
+    tuner.kill()
+    tuner.wait()
+    with killed_if_left(trial, server, child):
+        wait_for(
+            lambda: not any(map(pid_alive, (server, trial, child))) and group_alive(trial) == [],
+            5,
+            "the fork server, the trial and its process group to die with the tuner",
+            poll=0.05,
+        )
+    tuner.communicate()
+
+
+def test_sigkill_of_the_tuner_kills_a_fresh_interpreters_trial_still_starting(seeded, tmp_path):
+    # AUTOTUNE_TRIAL_START=exec (also the fallback where the fork server cannot run): the trial
+    # set its death signal only once its interpreter had started and imported. Held stopped
+    # as soon as it exists, before that, it outlived its tuner.
+    url, name = seeded
+    tuner = start_tuner(*search_args(url, name, 8), cwd=tmp_path, env=repo_env(AUTOTUNE_TRIAL_START="exec"))
+    trial_pid = hold_a_running_trial(url, name, tuner).user_attrs["trial_pid"]
+    assert parent_of(trial_pid) == tuner.pid
+    tuner.kill()
+    tuner.wait()
+    with killed_if_left(trial_pid):
+        wait_for(lambda: not pid_alive(trial_pid), 5, "the trial to die with its tuner", poll=0.05)
+    tuner.communicate()
