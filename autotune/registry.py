@@ -100,6 +100,9 @@ class Knob:
     device_rule: Callable[[Mapping[str, Any], Any], str | None] | None = None
     # On a model object (duck-typed, no torch): (model, knobs) -> why that model cannot take it.
     model_rule: Callable[[Any, Mapping[str, Any]], str | None] | None = None
+    # With the run's settings, not knobs (`config.accumulation_for`: {"accumulation_steps": n}):
+    # (knobs, run) -> why this value cannot run so; UnsupportedConfig, a search prunes it.
+    run_rule: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
     # The model stage calls it: `function(model, cfg, where) -> model`, knobs in the order of
     # their `apply_order` (MODEL_STAGE); where is a `knobs.apply.Where` (block path, device kind).
     apply: str | None = None
@@ -283,6 +286,37 @@ def _compile_rule(k: Mapping[str, Any], caps: Any) -> str | None:
         return "reduce-overhead means CUDA graphs, which need a CUDA device" if mode == "reduce-overhead" else None
     if mode != "none" and not caps.has_triton:
         return "torch.compile on CUDA needs triton, which is not installed"
+    return None
+
+
+# The compile modes that replay CUDA graphs (cudagraph trees): reduce-overhead, and max-autotune
+# (max-autotune-no-cudagraphs plus CUDA graphs).
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def _cuda_graph_requires(k: Mapping[str, Any]) -> str | None:
+    mode = k["compile_mode"]
+    if mode in CUDA_GRAPH_MODES and k["batching"] == "padded":
+        # A graph is recorded (and its memory pool kept) for every batch shape it meets.
+        return (
+            f"compile_mode={mode} replays CUDA graphs, recorded for one batch shape each, and padded batches "
+            "vary in width: use batching=packed (or fixed), or compile_mode=default or max-autotune-no-cudagraphs"
+        )
+    return None
+
+
+def _cuda_graph_run_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    mode, steps = k["compile_mode"], run.get("accumulation_steps", 1)
+    if mode in CUDA_GRAPH_MODES and steps > 1:
+        # The gradients a graph's backward leaves in .grad are its own outputs, which the next
+        # micro-batch's replay overwrites: "accessing tensor output of CUDAGraphs that has been
+        # overwritten by a subsequent run" (pytorch#169545, open), or wrong accumulated
+        # gradients (pytorch#96693).
+        return (
+            f"{mode} replays CUDA graphs, which overwrite the gradients accumulated over the {steps} micro-batches "
+            "of a global batch (pytorch#169545, #96693): use compile_mode=default or max-autotune-no-cudagraphs "
+            "with --global-batch-tokens"
+        )
     return None
 
 
@@ -579,7 +613,9 @@ KNOBS: tuple[Knob, ...] = (
         Stage.MODEL,
         "autotune.knobs.compile:apply_compile_knob",
         choices=("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+        requires=_cuda_graph_requires,
         device_rule=_compile_rule,
+        run_rule=_cuda_graph_run_rule,
         apply="autotune.knobs.compile:apply_compile_knob",
         apply_order=90,  # last: it compiles what the others made
         # default compiles in tens of seconds; max-autotune in minutes per trial
