@@ -40,7 +40,8 @@ def doctor(*args: str) -> tuple[int, dict | str]:
 def test_doctor_on_this_cpu_says_what_it_can(quick_compile):
     code, report = doctor("--json")
     assert code == 0 and report["ok"] and report["problems"] == []
-    assert report["versions"]["torch"] == torch.__version__ and report["versions"]["torch_cuda"] is None
+    assert report["versions"]["torch"] == torch.__version__
+    assert report["versions"]["torch_cuda"] == torch.version.cuda  # None on a CPU build, a CUDA build's own
     assert report["versions"]["driver"] is None  # no NVML on this machine
     assert report["device"]["kind"] == "cpu" and report["device"]["device"] == "cpu"
     assert report["memory"]["source"] == "rss"
@@ -59,7 +60,9 @@ def test_doctor_text_is_a_short_account(quick_compile, small_sdpa):
     assert text.rstrip().endswith("ok: this machine can run a study")
 
 
+@pytest.mark.cuda_fakes
 def test_doctor_on_a_gpu_in_a_container(monkeypatch, small_sdpa):
+    monkeypatch.setattr(autotune.measure.doctor, "_triton_version", lambda: None)  # as on a CPU build
     machine = FakeMachine([FakeGpu(others_used=2 * 1024**3)], container=True)
     with fake_gpu_machine(monkeypatch, machine):
         code, report = doctor("--json")
@@ -70,11 +73,12 @@ def test_doctor_on_a_gpu_in_a_container(monkeypatch, small_sdpa):
     assert os.getpid() not in report["memory"]["nvml_pids"]
     assert report["memory"]["context_bytes"] == machine.context_bytes  # the other processes' 2 GiB are not ours
     assert report["peak_flops"]["by_dtype"]["bfloat16"] == 989e12 and "H200 datasheet" in report["peak_flops"]["source"]
-    # No triton on this machine: compile cannot work on CUDA, and that is a problem (exit 1).
+    # No triton: compile cannot work on CUDA, and that is a problem (exit 1).
     assert report["compile"]["ok"] is False and "triton" in report["compile"]["detail"]
     assert code == 1 and any("every compiled trial would crash" in p for p in report["problems"])
 
 
+@pytest.mark.cuda_fakes
 def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile, small_sdpa):
     mig = FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")
     with fake_gpu_machine(monkeypatch, FakeMachine([FakeGpu(migs=[mig])]), visible=mig.uuid):
@@ -88,6 +92,7 @@ def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile, small_
     assert "  MIG                   a MIG instance" in text and "  container             no" in text
 
 
+@pytest.mark.cuda_fakes
 def test_doctor_names_a_mig_gpu_handed_whole_as_the_problem(monkeypatch, quick_compile, small_sdpa):
     machine = FakeMachine([FakeGpu(migs=[FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")])])
     with fake_gpu_machine(monkeypatch, machine):

@@ -60,6 +60,7 @@ def precision_spy():
             handle.remove()
 
 
+@pytest.mark.cuda_fakes
 @pytest.mark.parametrize("amp_dtype, expected, before", [("tf32", True, False), ("float32", False, True)])
 def test_the_measuring_loop_sets_tf32_for_the_whole_step(monkeypatch, amp_dtype, expected, before):
     torch.set_float32_matmul_precision("high" if before else "highest")  # what the caller had

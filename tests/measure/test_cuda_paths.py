@@ -22,6 +22,7 @@ SPEC = {"model": "gpt2-tiny", "steps": 2, "warmup": 0, "min_time_s": 0}
 CFG = TrainConfig(token_budget=256, batching="fixed")  # one batch shape: one warm-up step for it
 TINY_SPACE = Path(__file__).resolve().parents[1] / "spaces" / "tiny.yaml"
 SECOND = "GPU-0a1b2c3d-0000-4000-8000-000000000002"
+pytestmark = pytest.mark.cuda_fakes  # skipped where a real GPU is visible (conftest)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ CFG = TrainConfig(token_budget=256, batching="fixed")
 MIG = "MIG-aaaaaaaa-1111-5555-9999-000000000001"
 
 
+@pytest.mark.cuda_fakes
 def test_the_gpu_counter_is_read_after_the_synchronizes_that_bracket_the_window(monkeypatch):
     """Joules per token = the counter's mJ over the window / 1000 / effective tokens: at the
     fake GPU's 700 W, joules/token x tokens/s is 700 W (a mJ-for-J mistake reads 700,000). Each
@@ -42,6 +43,7 @@ def test_the_gpu_counter_is_read_after_the_synchronizes_that_bracket_the_window(
     assert "sync" in log[window_reads[0] + 1 : window_reads[1]]  # the window closes with its own synchronize
 
 
+@pytest.mark.cuda_fakes
 @pytest.mark.parametrize(
     ("machine", "visible", "why"),
     [
