@@ -250,7 +250,7 @@ class _Run:
             peak, self.spec.memory_limit_bytes, final_loss=window.final_loss, headroom=self.spec.memory_headroom
         )
 
-        def mfu(width: float) -> float | None:
+        def mfu(width: float, measured: bool = False) -> float | None:
             return model_flops_utilization(
                 tokens_per_sec,
                 n_params=self.n_params,
@@ -258,6 +258,7 @@ class _Run:
                 width=width,
                 device=self.info,
                 amp_dtype=self.cfg.amp_dtype,
+                measured=measured,
             )
 
         return Measurement(
@@ -275,6 +276,7 @@ class _Run:
             compile_time_s=compile_time,
             mfu=mfu(statistics.fmean(window.widths)),
             mfu_at_context=mfu(self.shape.context_length),
+            mfu_measured_peak=mfu(statistics.fmean(window.widths), measured=True),
             peak_memory_bytes=peak,
             peak_memory_source=source,
             allocator_peak_bytes=worst.allocated,

@@ -32,6 +32,13 @@ def small_sdpa(monkeypatch):
     monkeypatch.setattr(autotune.measure.doctor, "SDPA_SHAPE_CPU", (1, 2, 16, 8))
 
 
+@pytest.fixture
+def small_matmul(monkeypatch):
+    """The timed matmul behind the fake GPUs runs on this CPU: at the GPU's size (8192, bf16) that
+    is minutes. Its size is not what those tests are about."""
+    monkeypatch.setattr(autotune.measure.doctor, "MATMUL_SIZE", {"cuda": 64, "cpu": 64})
+
+
 def doctor(*args: str) -> tuple[int, dict | str]:
     result = CliRunner().invoke(main, ["doctor", *args])
     return result.exit_code, json.loads(result.stdout) if "--json" in args else result.stdout
@@ -49,6 +56,8 @@ def test_doctor_on_this_cpu_says_what_it_can(quick_compile):
         assert report["sdpa"][dtype]["math"] == "runs" and report["sdpa"][dtype]["flash"] == "runs"
         assert report["sdpa"][dtype]["cudnn"] == report["sdpa"][dtype]["efficient"] == "a CUDA kernel"
     assert report["peak_flops"] == {"by_dtype": None, "source": "a CPU: MFU is not reported"}
+    matmul = report["matmul"]  # timed here: float32 on a CPU
+    assert (matmul["dtype"], matmul["size"], matmul["detail"]) == ("float32", 512, None) and matmul["flops_per_sec"] > 0
 
 
 def test_doctor_text_is_a_short_account(quick_compile, small_sdpa):
@@ -57,11 +66,12 @@ def test_doctor_text_is_a_short_account(quick_compile, small_sdpa):
     assert "  torch                 " + torch.__version__ in text
     assert "  torch.compile         works" in text
     assert "  SDPA bfloat16         flash, math" in text
+    assert "  matmul float32        " in text and " TFLOP/s measured here (512x512)" in text
     assert text.rstrip().endswith("ok: this machine can run a study")
 
 
 @pytest.mark.cuda_fakes
-def test_doctor_on_a_gpu_in_a_container(monkeypatch, small_sdpa):
+def test_doctor_on_a_gpu_in_a_container(monkeypatch, small_sdpa, small_matmul):
     monkeypatch.setattr(autotune.measure.doctor, "_triton_version", lambda: None)  # as on a CPU build
     machine = FakeMachine([FakeGpu(others_used=2 * 1024**3)], container=True)
     with fake_gpu_machine(monkeypatch, machine):
@@ -73,13 +83,17 @@ def test_doctor_on_a_gpu_in_a_container(monkeypatch, small_sdpa):
     assert os.getpid() not in report["memory"]["nvml_pids"]
     assert report["memory"]["context_bytes"] == machine.context_bytes  # the other processes' 2 GiB are not ours
     assert report["peak_flops"]["by_dtype"]["bfloat16"] == 989e12 and "H200 datasheet" in report["peak_flops"]["source"]
+    # A bf16 matmul timed on the device, beside the datasheet's 989 and a real H200's 790 TFLOP/s.
+    matmul = report["matmul"]
+    assert matmul["dtype"] == "bfloat16" and matmul["flops_per_sec"] > 0
+    assert (matmul["datasheet_flops_per_sec"], matmul["measured_elsewhere_flops_per_sec"]) == (989e12, 790e12)
     # No triton: compile cannot work on CUDA, and that is a problem (exit 1).
     assert report["compile"]["ok"] is False and "triton" in report["compile"]["detail"]
     assert code == 1 and any("every compiled trial would crash" in p for p in report["problems"])
 
 
 @pytest.mark.cuda_fakes
-def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile, small_sdpa):
+def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile, small_sdpa, small_matmul):
     mig = FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")
     with fake_gpu_machine(monkeypatch, FakeMachine([FakeGpu(migs=[mig])]), visible=mig.uuid):
         code, report = doctor("--json")
@@ -93,7 +107,7 @@ def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile, small_
 
 
 @pytest.mark.cuda_fakes
-def test_doctor_names_a_mig_gpu_handed_whole_as_the_problem(monkeypatch, quick_compile, small_sdpa):
+def test_doctor_names_a_mig_gpu_handed_whole_as_the_problem(monkeypatch, quick_compile, small_sdpa, small_matmul):
     machine = FakeMachine([FakeGpu(migs=[FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")])])
     with fake_gpu_machine(monkeypatch, machine):
         code, report = doctor("--json")
