@@ -8,8 +8,10 @@ import torch
 
 from autotune.data.datasets import TokenDataset
 
-# A packed stream is materialized; 4M tokens (16 MB as int32) is thousands of windows,
-# more than one measurement uses, whatever the corpus size.
+# A packed stream is materialized: at most 4096 windows (epochs longer than that take them in
+# turn) and 4M tokens (16 MB as int32), whatever the corpus size. Made from the synthetic
+# corpus's short documents, 4M tokens at a context of 128 take seconds.
+PACKED_WINDOWS = 4096
 PACKED_MAX_TOKENS = 1 << 22
 
 
@@ -17,7 +19,11 @@ class PackedDataset:
     """Documents concatenated, in a seeded random order, into one stream cut into windows
     of seq_len + 1 tokens at a stride of seq_len: consecutive windows share one token, so
     every position has a label and nothing is padded. The stream is materialized once, up
-    to `max_tokens` tokens (lazily generated data has no stream to slice).
+    to `max_tokens` tokens (lazily generated data has no stream to slice); an epoch has as many
+    windows as the dataset's tokens make, the stream's taken in turn, so a corpus (or a
+    measurement's synthetic data) larger than the stream gives epochs as long as its own, not
+    the stream's: at GPT-2's largest budget 4M tokens were an epoch of 32 steps, and every
+    epoch starts non-persistent DataLoader workers anew.
 
     Where each document (each item of `dataset`: a document or a piece of a long one)
     starts in the stream is kept in `doc_starts`. With `with_documents`, item i is
@@ -30,9 +36,10 @@ class PackedDataset:
         *,
         seq_len: int,
         seed: int = 0,
-        max_tokens: int = PACKED_MAX_TOKENS,
+        max_tokens: int | None = None,
         with_documents: bool = False,
     ) -> None:
+        max_tokens = min(PACKED_MAX_TOKENS, PACKED_WINDOWS * seq_len) if max_tokens is None else max_tokens
         order = np.random.default_rng(seed).permutation(len(dataset))
         # Enough documents for max_tokens + 1 tokens by their lengths (upper bounds: may fall short).
         bounds = np.cumsum(np.asarray(dataset.lengths, dtype=np.int64)[order])
@@ -45,13 +52,15 @@ class PackedDataset:
         self.doc_starts: np.ndarray = starts[starts < len(stream)]
         self.seq_len = seq_len
         self.with_documents = with_documents
-        self.lengths: np.ndarray = np.full(max(len(stream) - 1, 0) // seq_len, seq_len + 1)
+        self.windows = max(len(stream) - 1, 0) // seq_len  # distinct windows in the stream
+        epoch = max(self.windows, int(np.sum(dataset.lengths, dtype=np.int64)) // seq_len) if self.windows else 0
+        self.lengths: np.ndarray = np.full(epoch, seq_len + 1)
 
     def __len__(self) -> int:
         return len(self.lengths)
 
     def __getitem__(self, i: int) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        i = range(len(self))[i]
+        i = range(len(self))[i] % self.windows
         start = i * self.seq_len
         window = self.stream[start : start + self.seq_len + 1].long()
         return (window, self.document_ids(i)) if self.with_documents else window
@@ -59,7 +68,7 @@ class PackedDataset:
     def document_ids(self, i: int) -> torch.Tensor:
         """(seq_len + 1,) int32: the document of each token of window i, 0 for the document
         the window starts in, +1 at every boundary."""
-        start = i * self.seq_len
+        start = (i % self.windows) * self.seq_len
         positions = np.arange(start, start + self.seq_len + 1)
         docs = np.searchsorted(self.doc_starts, positions, side="right") - 1
         return torch.from_numpy((docs - docs[0]).astype(np.int32))

@@ -120,7 +120,12 @@ class _Run:
             t = time.perf_counter()
             torch.manual_seed(self.spec.seed)
             self.session.start()
-            run = set_up_training(self.spec, self.cfg, device=self.device, device_kind=self.kind)
+            # Data for warm-up and the longest first window in one epoch: no new epoch (workers
+            # started anew, unless persistent) inside the window, as in a run over a real corpus.
+            data_steps = self.spec.warmup + MAX_STEPS_FACTOR * self.spec.steps + self.accumulation
+            run = set_up_training(
+                self.spec, self.cfg, device=self.device, device_kind=self.kind, data_steps=data_steps
+            )
             self.shape, self.n_params = run.shape, run.n_params
             self.phase["setup"] = time.perf_counter() - t
             try:
@@ -200,7 +205,7 @@ class _Run:
         min_time = share * self.spec.min_time_s
         window = _Window(accumulation=self.accumulation)
         clock = self.session.clock()
-        events_before = self.events.total
+        events_before, epochs_before = self.events.total, batches.epochs
         with self.session.sampler() as sampler:
             self.session.sync()
             energy_start = self.energy.start()  # after the synchronize: the window's work only
@@ -225,6 +230,7 @@ class _Run:
             window.energy_j = self.energy.joules_since(energy_start)
         window.step_times = clock.durations()
         window.recompiles = self.events.total - events_before
+        window.epochs = batches.epochs - epochs_before
         window.gpu_utilization = sampler.mean_utilization
         window.final_loss = float(loss.detach())
         return window
@@ -277,6 +283,7 @@ class _Run:
             mfu=mfu(statistics.fmean(window.widths)),
             mfu_at_context=mfu(self.shape.context_length),
             mfu_measured_peak=mfu(statistics.fmean(window.widths), measured=True),
+            epochs_during_timing=window.epochs,
             peak_memory_bytes=peak,
             peak_memory_source=source,
             allocator_peak_bytes=worst.allocated,
@@ -328,6 +335,7 @@ class _Window:
     step_times: list[float] = field(default_factory=list)
     recompiles: int = 0  # compile events (compiles, recompiles, CUDA graph recordings) inside it
     retimed: int = 0  # windows dropped before this one for a compile event in them
+    epochs: int = 0  # DataLoader epochs begun inside it (non-persistent workers start anew)
     gpu_utilization: float | None = None
     final_loss: float | None = None
     energy_j: float | None = None  # joules over the window; None without an energy counter
@@ -367,6 +375,7 @@ class _Window:
             step_times=self.step_times + other.step_times,
             recompiles=self.recompiles + other.recompiles,
             retimed=self.retimed + other.retimed,
+            epochs=self.epochs + other.epochs,
             gpu_utilization=statistics.fmean(util) if util else None,
             final_loss=other.final_loss,
             energy_j=None if self.energy_j is None or other.energy_j is None else self.energy_j + other.energy_j,

@@ -61,6 +61,9 @@ class Measurement:
     # short first window was clearly below it: its figures are that window's (search.planner).
     short_window: bool = False
     steps: int = 0  # timed steps: micro-steps, under gradient accumulation
+    # DataLoader epochs begun inside the timed window(s): each starts non-persistent workers
+    # anew. The data is sized so a first window needs none (0 but for a window re-timed long).
+    epochs_during_timing: int = 0
     accumulation_steps: int = 1  # micro-steps per optimizer step
     optimizer_steps: int | None = None  # in the timed window (steps // accumulation_steps)
     global_batch_tokens: int | None = None  # positions per optimizer step the run fixed; None: token_budget

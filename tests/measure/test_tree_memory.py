@@ -46,7 +46,7 @@ def test_dataloader_workers_count_in_the_peak(monkeypatch):
     parent = os.getpid()
     monkeypatch.setattr(
         "autotune.measure.setup.make_dataset",
-        lambda data, *, vocab_size, seq_len, seed: HoardingDataset(
+        lambda data, *, vocab_size, seq_len, seed, min_tokens=None: HoardingDataset(
             make_dataset("synthetic", vocab_size=vocab_size, seq_len=seq_len, seed=seed, min_tokens=seq_len * 512),
             parent,
         ),
