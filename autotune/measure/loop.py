@@ -123,9 +123,7 @@ class _Run:
             # Data for warm-up and the longest first window in one epoch: no new epoch (workers
             # started anew, unless persistent) inside the window, as in a run over a real corpus.
             data_steps = self.spec.warmup + MAX_STEPS_FACTOR * self.spec.steps + self.accumulation
-            run = set_up_training(
-                self.spec, self.cfg, device=self.device, device_kind=self.kind, data_steps=data_steps
-            )
+            run = set_up_training(self.spec, self.cfg, device=self.device, device_kind=self.kind, data_steps=data_steps)
             self.shape, self.n_params = run.shape, run.n_params
             self.phase["setup"] = time.perf_counter() - t
             try:
