@@ -218,17 +218,15 @@ def compile_prerequisites(kind: str) -> str | None:
 
 
 def check_compile(device: str, info: DeviceInfo) -> Check:
-    """Compile a tiny function, new each run (a random constant defeats inductor's caches, so
-    the compiler and headers are really used), and run it on the device."""
+    """Compile a tiny function, new each run, and run it on the device. New means a kernel no
+    cache holds, so the compiler and headers are really used: its random constant is a literal
+    of a code object made now. (A constant from a closure is a graph input to dynamo, floats
+    being unspecialized: the same kernel every run, which inductor's caches answered.)"""
     started = time.perf_counter()
     missing = compile_prerequisites(info.kind)
     if missing is not None:
         return Check(False, missing, time.perf_counter() - started)
-    scale = random.uniform(1.0, 2.0)
-
-    def tiny(x: torch.Tensor) -> torch.Tensor:
-        return torch.sin(x) * scale + 1.0
-
+    tiny = _new_function(random.uniform(1.0, 2.0))
     try:
         x = torch.randn(256, device=device)
         torch.testing.assert_close(torch.compile(tiny)(x), tiny(x))
@@ -236,6 +234,14 @@ def check_compile(device: str, info: DeviceInfo) -> Check:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         return Check(False, f"{type(exc).__name__}: {first}", time.perf_counter() - started)
     return Check(True, "a tiny function compiled and ran", time.perf_counter() - started)
+
+
+def _new_function(scale: float) -> Any:
+    """`torch.sin(x) * scale + 1.0`, with `scale` written into a code object of its own."""
+    namespace: dict[str, Any] = {"torch": torch}
+    source = f"def tiny(x):\n    return torch.sin(x) * {scale!r} + 1.0\n"
+    exec(compile(source, f"<autotune doctor {scale!r}>", "exec"), namespace)  # our own two lines, a float in them
+    return namespace["tiny"]
 
 
 # --- a large matmul ------------------------------------------------------------------------------

@@ -130,3 +130,24 @@ def test_doctor_without_a_c_compiler_says_so_without_compiling(monkeypatch, smal
         "seconds": report["compile"]["seconds"],
     }
     assert compiled == []  # refused before anything compiled
+
+
+@pytest.mark.compile
+def test_the_compile_check_compiles_for_real_every_time(monkeypatch):
+    """A check that a cache answers proves nothing about the compiler: the tiny function's
+    random constant was a dynamo graph input (floats are not specialized), so its kernel was the
+    same in every run and inductor's caches, on disk and in the process, answered from the
+    second on, the C compiler never called. Each check's kernel is new now: it compiles."""
+    import torch._inductor.cpp_builder as cpp_builder
+
+    from autotune.device import describe
+    from autotune.measure.doctor import check_compile
+
+    builds: list[object] = []
+    real = cpp_builder.run_compile_cmd
+    monkeypatch.setattr(cpp_builder, "run_compile_cmd", lambda *a, **k: builds.append(a) or real(*a, **k))
+    for _ in range(2):
+        builds.clear()
+        check = check_compile("cpu", describe("cpu"))
+        assert check.ok, check.detail
+        assert builds, "the C compiler was not called: a cache answered"
