@@ -51,7 +51,7 @@ from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.measure import intervals, outcomes
 from autotune.measure.compile_events import CompileEvents
 from autotune.measure.cuda import CudaSession, HostSession, session_for
-from autotune.measure.energy import EnergyMeter, energy_meter, joules_per_token
+from autotune.measure.energy import EnergyMeter, energy_meter, joules_per_token, window_energy
 from autotune.measure.extremes import Extremes, extreme_shapes, run_extremes
 from autotune.measure.flops import flops_per_token, model_flops_utilization
 from autotune.measure.measurement import Measurement
@@ -254,6 +254,8 @@ class _Run:
             peak, self.spec.memory_limit_bytes, final_loss=window.final_loss, headroom=self.spec.memory_headroom
         )
 
+        energy_j, energy_note = window_energy(self.energy, window.energy_j, window.wall_s)
+
         def mfu(width: float, measured: bool = False) -> float | None:
             return model_flops_utilization(
                 tokens_per_sec,
@@ -294,10 +296,10 @@ class _Run:
             # on a CPU the tree is the device (restarted per phase): its worst case is `peak`
             host_peak_memory_bytes=self.host.peak_bytes if self.kind == "cuda" else peak,
             gpu_utilization=window.gpu_utilization,
-            energy_joules=window.energy_j,
-            joules_per_token=joules_per_token(window.energy_j, window.tokens),
-            energy_source=self.energy.source,
-            energy_note=self.energy.note,
+            energy_joules=energy_j,
+            joules_per_token=joules_per_token(energy_j, window.tokens),
+            energy_source=self.energy.source if energy_j is not None else None,
+            energy_note=energy_note,
             unstable=window.cv > CV_TARGET,
             short_window=window.short,
             steps=len(window.step_times),
