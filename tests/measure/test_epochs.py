@@ -35,8 +35,8 @@ def events(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(DataLoader, "__iter__", epoch)
     monkeypatch.setattr(autotune.measure.loop._Run, "_timed", timed)
-    # A small default corpus: 8 batches of the budget below, so that the run needs several epochs.
-    monkeypatch.setattr(autotune.data.datasets, "default_min_tokens", lambda seq_len: 8 * 1024)
+    # A small default corpus: 4 batches of the budget below, so that the run needs several epochs.
+    monkeypatch.setattr(autotune.data.datasets, "default_min_tokens", lambda seq_len: 4 * 1024)
     return seen
 
 
@@ -50,7 +50,7 @@ def in_windows(events: list[str]) -> int:
 
 @pytest.mark.parametrize("warmup", [0, 3])
 def test_no_epoch_begins_inside_a_timed_window(events, warmup):
-    spec = RunSpec(model="gpt2-tiny", device="cpu", warmup=warmup, steps=24, min_time_s=0)
+    spec = RunSpec(model="gpt2-tiny", device="cpu", warmup=warmup, steps=10, min_time_s=0)
     m = measure(spec, TrainConfig(token_budget=1024, batching="packed"))
     assert m.outcome == "ok", m.reason
     assert "window" in events and in_windows(events) == 0, events
