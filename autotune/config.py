@@ -237,8 +237,8 @@ class RunSpec:
             raise UsageError(f"memory_headroom must be a fraction from 0 to below 1, got {self.memory_headroom!r}")
 
     def accumulation_steps(self, cfg: TrainConfig) -> int:
-        """Micro-batches per optimizer step for `cfg` in this run (see `accumulation_steps`)."""
-        return accumulation_steps(self.global_batch_tokens, cfg.token_budget)
+        """Micro-batches per optimizer step for `cfg` in this run (see `accumulation_for`)."""
+        return accumulation_for(self.global_batch_tokens, cfg)
 
     @property
     def device_kind(self) -> str:
@@ -272,6 +272,17 @@ def accumulation_steps(global_batch_tokens: int | None, token_budget: int) -> in
             "(accumulation needs a whole number of micro-batches)",
         )
     return global_batch_tokens // token_budget
+
+
+def accumulation_for(global_batch_tokens: int | None, cfg: TrainConfig) -> int:
+    """`accumulation_steps` for `cfg`, which must also be able to accumulate that many
+    micro-batches: the knobs' run rules (the registry's `run_rule`: CUDA graphs cannot)."""
+    steps = accumulation_steps(global_batch_tokens, cfg.token_budget)
+    values, run = _knob_values(cfg), {"accumulation_steps": steps}
+    for knob in registry.knobs_of(registry.TRAIN):
+        if knob.run_rule is not None and (why := knob.run_rule(values, run)) is not None:
+            raise UnsupportedConfig(knob.name, why)
+    return steps
 
 
 def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None) -> None:

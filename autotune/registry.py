@@ -100,13 +100,17 @@ class Knob:
     device_rule: Callable[[Mapping[str, Any], Any], str | None] | None = None
     # On a model object (duck-typed, no torch): (model, knobs) -> why that model cannot take it.
     model_rule: Callable[[Any, Mapping[str, Any]], str | None] | None = None
+    # With the run's settings, not knobs (`config.accumulation_for`: {"accumulation_steps": n}):
+    # (knobs, run) -> why this value cannot run so; UnsupportedConfig, a search prunes it.
+    run_rule: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
     # The model stage calls it: `function(model, cfg, where) -> model`, knobs in the order of
     # their `apply_order` (MODEL_STAGE); where is a `knobs.apply.Where` (block path, device kind).
     apply: str | None = None
     apply_order: int = 50
     host_only: bool = False  # moves host memory only: on a GPU it cannot change the device's peak
     changes_graph: bool = True  # changes what torch.compile traces (a cached compile is not reused)
-    # What an expert tries first, per device class ("cuda", "cpu"), most wanted first.
+    # What an expert tries first, per device kind ("cuda", "cpu"), most wanted first; a device
+    # class of search.priors ("cuda-hopper") overrides its kind's where experts differ there.
     prefer: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     # TrainingArguments fields for a value: (value, view) -> {field: value}; view is an
     # `integrations.hf.View` (the recipe, the installed field names, model_applied).
@@ -283,6 +287,37 @@ def _compile_rule(k: Mapping[str, Any], caps: Any) -> str | None:
         return "reduce-overhead means CUDA graphs, which need a CUDA device" if mode == "reduce-overhead" else None
     if mode != "none" and not caps.has_triton:
         return "torch.compile on CUDA needs triton, which is not installed"
+    return None
+
+
+# The compile modes that replay CUDA graphs (cudagraph trees): reduce-overhead, and max-autotune
+# (max-autotune-no-cudagraphs plus CUDA graphs).
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def _cuda_graph_requires(k: Mapping[str, Any]) -> str | None:
+    mode = k["compile_mode"]
+    if mode in CUDA_GRAPH_MODES and k["batching"] == "padded":
+        # A graph is recorded (and its memory pool kept) for every batch shape it meets.
+        return (
+            f"compile_mode={mode} replays CUDA graphs, recorded for one batch shape each, and padded batches "
+            "vary in width: use batching=packed (or fixed), or compile_mode=default or max-autotune-no-cudagraphs"
+        )
+    return None
+
+
+def _cuda_graph_run_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    mode, steps = k["compile_mode"], run.get("accumulation_steps", 1)
+    if mode in CUDA_GRAPH_MODES and steps > 1:
+        # The gradients a graph's backward leaves in .grad are its own outputs, which the next
+        # micro-batch's replay overwrites: "accessing tensor output of CUDAGraphs that has been
+        # overwritten by a subsequent run" (pytorch#169545, open), or wrong accumulated
+        # gradients (pytorch#96693).
+        return (
+            f"{mode} replays CUDA graphs, which overwrite the gradients accumulated over the {steps} micro-batches "
+            "of a global batch (pytorch#169545, #96693): use compile_mode=default or max-autotune-no-cudagraphs "
+            "with --global-batch-tokens"
+        )
     return None
 
 
@@ -595,7 +630,9 @@ KNOBS: tuple[Knob, ...] = (
         Stage.MODEL,
         "autotune.knobs.compile:apply_compile_knob",
         choices=("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+        requires=_cuda_graph_requires,
         device_rule=_compile_rule,
+        run_rule=_cuda_graph_run_rule,
         apply="autotune.knobs.compile:apply_compile_knob",
         apply_order=90,  # last: it compiles what the others made
         # default compiles in tens of seconds; max-autotune in minutes per trial
@@ -636,8 +673,13 @@ KNOBS: tuple[Knob, ...] = (
         # dropout under a CPU's flash), made so first, before anything wraps the attention.
         apply="autotune.knobs.attention:apply_attention_knob",
         apply_order=5,
-        # FlashAttention-2 (Dao 2023); cuDNN as fast or faster on Hopper (PyTorch 2.5 release notes)
-        prefer={"cuda": ("flash", "cudnn", "efficient", "auto", "math"), "cpu": ("flash", "math")},
+        # FlashAttention-2 (Dao 2023); on Hopper cuDNN first: up to 75 % faster than FlashAttention-2
+        # on H100 (PyTorch 2.5 release notes), as search.priors says there
+        prefer={
+            "cuda": ("flash", "cudnn", "efficient", "auto", "math"),
+            "cuda-hopper": ("cudnn", "flash", "efficient", "auto", "math"),
+            "cpu": ("flash", "math"),
+        },
         hf_note=_sdpa_note,
         lightning_note=_sdpa_note,
     ),

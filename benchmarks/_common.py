@@ -15,6 +15,7 @@ if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
 from autotune.config import TrainConfig  # noqa: E402
+from autotune.errors import UsageError  # noqa: E402
 from autotune.space.definition import Dimension, SearchSpace, checkpoint_layers, matches  # noqa: E402
 from autotune.space.sampling import to_config  # noqa: E402
 
@@ -47,7 +48,7 @@ def enumerate_space(space: SearchSpace) -> Iterator[tuple[dict[str, Any], TrainC
 
     def checkpoints(values: dict[str, Any], params: dict[str, Any]):
         if not space.checkpoint:
-            yield params, to_config(values)
+            yield from configuration(params, values)
             return
         for count in dimension_values(space, space.checkpoint.count):
             n_layer = space.n_layer or count
@@ -57,9 +58,25 @@ def enumerate_space(space: SearchSpace) -> Iterator[tuple[dict[str, Any], TrainC
                 if placement is not None:
                     p["checkpoint_placement"] = placement
                 layers = checkpoint_layers(count, placement or "spread", n_layer)
-                yield p, to_config({**values, "checkpoint_layers": layers})
+                yield from configuration(p, {**values, "checkpoint_layers": layers})
+
+    def configuration(params: dict[str, Any], values: dict[str, Any]):
+        try:
+            yield params, to_config(values)
+        except UsageError:  # a combination the registry refuses (CUDA graphs, padded) is no configuration
+            return
 
     yield from walk(list(space.dimensions), dict(space.fixed), {})
+
+
+def is_configuration(config: dict[str, Any]) -> bool:
+    """Whether the registry takes this combination (a sweep recorded before a rule was added
+    holds some it now refuses, all `unsupported` by the space's own rule then)."""
+    try:
+        TrainConfig.from_dict(config)
+    except UsageError:
+        return False
+    return True
 
 
 def config_key(cfg: TrainConfig | dict[str, Any]) -> str:

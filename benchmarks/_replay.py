@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import _common  # noqa: F401  (puts the checkout on sys.path)
 import optuna
-from _common import config_key
+from _common import config_key, is_configuration
 from optuna.trial import TrialState
 
 from autotune.config import TrainConfig
@@ -63,7 +63,7 @@ class Sweep:
     @classmethod
     def from_dict(cls, data: dict[str, Any], path: str = "<sweep>") -> "Sweep":
         space = parse_space(data["space"], source=path, n_layer=data["n_layer"], seq_len=data["seq_len"])
-        records = data["configurations"]
+        records = [r for r in data["configurations"] if is_configuration(r["config"])]
         meta = {k: v for k, v in data.items() if k != "configurations"}
         return cls(path, space, records, {config_key(r["config"]): r for r in records}, meta)
 

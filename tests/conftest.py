@@ -222,6 +222,17 @@ def _in_xdist_worker(config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def pytest_runtest_setup(item) -> None:
+    """Tests marked cuda_fakes run the CUDA paths on tests/cuda_fakes.py: where a real GPU is
+    visible (the suite on the GPU machine), they are skipped, with the reason, and the GPU's own
+    checks take their place."""
+    if item.get_closest_marker("cuda_fakes") is not None:
+        from tests.cuda_fakes import real_gpu_reason
+
+        if (why := real_gpu_reason()) is not None:
+            pytest.skip(why)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config, items) -> None:
     """The xdist groups, and the order. In one process: tests that start no process first, then

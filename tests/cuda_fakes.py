@@ -37,7 +37,13 @@ cudaMemGetInfo read the same state, and `allocate` enforces the allocator's frac
 as the caching allocator does.
 
 In a child process (a trial, a --devices worker): `child_env(machine, tmp_path)` gives an
-environment whose sitecustomize installs the same fakes at interpreter start."""
+environment whose sitecustomize installs the same fakes at interpreter start.
+
+Fork: torch's rule. A process forked after its parent initialized CUDA is "in a bad fork"
+(torch marks the child from an at-fork handler it registers when CUDA starts): its first CUDA
+call raises "Cannot re-initialize CUDA in forked subprocess...", torch.cuda.is_initialized()
+is False there and torch.manual_seed leaves CUDA alone. A fork before CUDA started (the trial
+fork server's) is fine."""
 
 from __future__ import annotations
 
@@ -47,6 +53,7 @@ import json
 import os
 import sys
 import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -186,6 +193,22 @@ def _match_entry(entry: str, gpus: list[FakeGpu]) -> Unit | None:
 
 # --- the process's CUDA state ------------------------------------------------------------------
 
+# torch.cuda._lazy_init's words (torch/cuda/__init__.py), for a CUDA call in a bad fork.
+BAD_FORK = (
+    "Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the "
+    "'spawn' start method"
+)
+_LIVE: "weakref.WeakSet[FakeCuda]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """torch's at-fork handler: a child of a process whose CUDA was initialized is in a bad fork."""
+    for cuda in list(_LIVE):
+        cuda.bad_fork = cuda.bad_fork or cuda.initialized
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 class FakeCuda:
     """One process's CUDA: its device order, contexts, allocator and events."""
@@ -209,6 +232,8 @@ class FakeCuda:
         self.seeds: list[int] = []
         self.on_sync: list[Callable[["FakeCuda", int], None]] = []
         self.order_at_init: str | None = None
+        self.bad_fork = False  # forked after this process's CUDA was initialized (see BAD_FORK)
+        _LIVE.add(self)
 
     # enumeration, fixed at the first call, as the driver reads its environment once
     def enumerate(self) -> list[Unit]:
@@ -228,7 +253,12 @@ class FakeCuda:
         self.check_ordinal(index)
         return self.enumerate()[index]
 
+    def check_fork(self) -> None:
+        if self.bad_fork:
+            raise RuntimeError(BAD_FORK)
+
     def lazy_init(self) -> None:
+        self.check_fork()
         self.enumerate()
         if not self.enumerate():
             raise RuntimeError("No CUDA GPUs are available")
@@ -236,6 +266,7 @@ class FakeCuda:
 
     def touch(self, index: int) -> None:
         """A CUDA call that needs a context on `index` makes it (the primary context)."""
+        self.check_fork()
         self.check_ordinal(index)
         self.initialized = True
         self.contexts.add(index)
@@ -315,7 +346,10 @@ class FakeCuda:
     # torch.cuda functions the CPU build stubs in Python ------------------------------------------
 
     def is_initialized(self) -> bool:
-        return self.initialized
+        return self.initialized and not self.bad_fork  # torch.cuda.is_initialized's rule
+
+    def is_in_bad_fork(self) -> bool:
+        return self.bad_fork
 
     def exchange_device(self, index: int) -> int:
         if index < 0:
@@ -721,16 +755,82 @@ class FakeNvmlLib:
 
 # --- installing ---------------------------------------------------------------------------------
 
+_real_gpu: list[str | None] = []  # the answer, once: asked before any fake is installed
+
+
+def real_gpu_reason() -> str | None:
+    """Why the fakes cannot run here, or None: a real GPU that this torch sees (a CUDA build on a
+    GPU machine). The fakes replace torch.cuda's entry points one by one; beside a live CUDA, a
+    path they miss reaches the real device, and what the test measures is neither. Asked first
+    before any fake is installed (a test's are undone after it), so it is torch's own answer."""
+    if not _real_gpu:
+        real = torch.cuda.is_available()
+        name = torch.cuda.get_device_name(0) if real else None
+        _real_gpu.append(f"a real GPU is visible ({name}, torch {torch.__version__}): the fakes' tests run without one")
+        if not real:
+            _real_gpu[0] = None
+    return _real_gpu[0]
+
 
 class _FakeGenerator:
+    """A CUDA generator (Philox): its state is 16 bytes, the seed and the offset."""
+
     def __init__(self, cuda: FakeCuda) -> None:
         self.cuda = cuda
+        self.state = torch.zeros(16, dtype=torch.uint8)
 
     def manual_seed(self, seed: int) -> "_FakeGenerator":
         if not isinstance(seed, int):
             raise TypeError(f"manual_seed expected an int, got {type(seed).__name__}")
         self.cuda.seeds.append(seed)
+        self.state = torch.tensor(list((seed % 2**64).to_bytes(8, "little")) + [0] * 8, dtype=torch.uint8)
         return self
+
+    def get_state(self) -> torch.Tensor:  # torch.cuda.get_rng_state (dynamo saves it around a compile)
+        return self.state.clone()
+
+    def set_state(self, state: torch.Tensor) -> "_FakeGenerator":
+        if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
+            raise TypeError("expected a torch.ByteTensor, but got " + type(state).__name__)
+        if state.numel() != 16:
+            raise RuntimeError("RNG state is wrong size")
+        self.state = state.clone()
+        return self
+
+
+# torch._C's CUDA entry points the fakes do not replace, by prefix: on a CUDA build they reach
+# the real driver (a GPU machine's, or none), so under the fakes each one refuses to run, and a
+# path that needs one shows up here (on the CPU build too) instead of on a GPU. The accelerator
+# ones that do not touch a device stay: which accelerator this build has, the allocator settings.
+_REAL_CUDA_PREFIXES = ("_cuda_", "_accelerator_")
+_HARMLESS = {"_accelerator_getAccelerator", "_accelerator_getAllocatorSettings", "_accelerator_setAllocatorSettings"}
+
+
+def _leak(name: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"a real CUDA call leaked through the fakes: torch._C.{name} (fake it here)")
+
+    return refuse
+
+
+def _replace_c_functions(fakes: dict[str, Callable[..., Any]], setattr_: Callable[..., None]) -> None:
+    """torch._C's CUDA entry points: the fakes where given, a refusal for the others, in torch._C
+    and wherever torch bound one by name at import (torch.cuda.graphs binds
+    _cuda_isCurrentStreamCapturing, which the optimizer's step reaches)."""
+    replacements = dict(fakes)
+    for name in dir(torch._C):
+        value = getattr(torch._C, name)
+        if name.startswith(_REAL_CUDA_PREFIXES) and name not in fakes and name not in _HARMLESS:
+            if callable(value) and not isinstance(value, type):
+                replacements[name] = _leak(name)
+    originals = {name: getattr(torch._C, name, None) for name in replacements}
+    for name, function in replacements.items():
+        setattr_(torch._C, name, function, raising=False)
+    for module in [m for n, m in list(sys.modules.items()) if n.startswith("torch.") and m is not None]:
+        names = vars(module)
+        for name, function in replacements.items():
+            if originals[name] is not None and names.get(name) is originals[name]:
+                setattr_(module, name, function)
 
 
 def install(machine: FakeMachine, setattr_: Callable[..., None]) -> FakeCuda:
@@ -741,6 +841,9 @@ def install(machine: FakeMachine, setattr_: Callable[..., None]) -> FakeCuda:
 
     import autotune.device.info
     import autotune.device.nvml
+
+    if (why := real_gpu_reason()) is not None:  # a test using the fakes is marked cuda_fakes (skipped)
+        raise RuntimeError(f"the CUDA fakes cannot be installed: {why}")
 
     cuda = FakeCuda(machine)
     lib = FakeNvmlLib(machine, cuda)
@@ -757,12 +860,17 @@ def install(machine: FakeMachine, setattr_: Callable[..., None]) -> FakeCuda:
         "_cuda_memoryStats": cuda.c_memory_stats,
         "_cuda_setMemoryFraction": cuda.c_set_memory_fraction,
         "_cuda_emptyCache": cuda.c_empty_cache,
+        "_cuda_isCurrentStreamCapturing": lambda: False,  # the optimizer's step asks; no graph is captured
     }
-    for name, function in c_functions.items():
-        setattr_(torch._C, name, function, raising=False)
+    _replace_c_functions(c_functions, setattr_)
     for module in (torch.cuda, torch.cuda.memory):
         setattr_(module, "_lazy_init", cuda.lazy_init)
         setattr_(module, "is_initialized", cuda.is_initialized)
+    setattr_(torch.cuda, "_is_in_bad_fork", cuda.is_in_bad_fork)
+    # torch.cuda.device_count asks libnvidia-ml itself (not pynvml) before the C call, and caches
+    # the answer: on a GPU machine that would be the real count.
+    setattr_(torch.cuda, "_device_count_nvml", lambda: -1, raising=False)
+    setattr_(torch.cuda, "_cached_device_count", None, raising=False)
     setattr_(torch.cuda, "_exchange_device", cuda.exchange_device)
     setattr_(torch.cuda, "_maybe_exchange_device", cuda.exchange_device)
     setattr_(torch.cuda, "_get_device_properties", cuda.get_device_properties, raising=False)
@@ -787,8 +895,10 @@ def child_env(machine: FakeMachine, tmp_path: Path, **extra: str) -> dict[str, s
     ]
     (site / "sitecustomize.py").write_text("\n".join(lines) + "\n")
     path = os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    # The fakes install as an interpreter starts (sitecustomize): trials start as fresh
-    # interpreters, not forked from a server that imported torch before them (trial.fork_server).
+    # The fakes install as an interpreter starts (sitecustomize). A test that runs trials from its
+    # own process may find a fork server (trial.fork_server) that an earlier test started without
+    # them, so trials start as fresh interpreters; a fresh tuner process can fork them instead
+    # (AUTOTUNE_TRIAL_START="fork" in `extra`): its server starts with the fakes too.
     start = {"AUTOTUNE_TRIAL_START": "exec"}
     return {**os.environ, "PYTHONPATH": path, FAKE_ENV: machine.to_json(), **start, **extra}
 

@@ -105,7 +105,7 @@ def bench(
     Knobs: num_workers, prefetch_factor, pin_memory, persistent_workers, token_budget,
     batching, amp_dtype, compile_mode, sdpa_backend, checkpoint_layers.
     """
-    from autotune.config import TrainConfig, accumulation_steps, check_runnable_here, parse_assignments
+    from autotune.config import TrainConfig, accumulation_for, check_runnable_here, parse_assignments
     from autotune.errors import UnsupportedConfig, UsageError
     from autotune.measure import outcomes
     from autotune.measure.loop import measure
@@ -117,8 +117,8 @@ def bench(
     cfg = TrainConfig().with_overrides(overrides)
     check_runnable_here(cfg, where="--set")
     try:
-        accumulation_steps(global_batch_tokens, cfg.token_budget)
-    except UnsupportedConfig as exc:  # both numbers are the user's own: a usage error, at once
+        accumulation_for(global_batch_tokens, cfg)
+    except UnsupportedConfig as exc:  # the user's own numbers and knobs: a usage error, at once
         raise UsageError(f"--global-batch-tokens: {exc}") from None
     spec = _run_spec(model, device, data, seq_len, warmup, steps, min_time, seed, memory_limit, global_batch_tokens)
     with stdout_to_stderr(as_json):  # the model's prints: stdout is for the JSON alone

@@ -13,6 +13,7 @@ from autotune.device.info import (
     pin_cuda_device_order,
     resolve_device,
     software_versions,
+    torch_version,
     visible_gpu_count,
 )
 from autotune.device.memory import (
@@ -57,6 +58,7 @@ __all__ = [
     "process_gpu_memory_bytes",
     "resolve_device",
     "software_versions",
+    "torch_version",
     "total_host_memory",
     "visible_gpu_count",
     "visible_gpu_uuids",

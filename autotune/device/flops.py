@@ -87,6 +87,30 @@ def peak_flops_entry(device_name: str) -> PeakFlops:
     return PeakFlops(None, f"{device_name!r} is not in the peak-FLOPs table (autotune/device/flops.py)")
 
 
+# What a large dense matmul was measured to reach on a real card, keyed by the table's fragment
+# above (so an "H200 NVL" is not taken for the SXM card): the ceiling a training step can
+# approach in practice, below the datasheet's (clocks under load, cuBLAS's best tile). MFU
+# against it says how far a step is from what the card really does; against the datasheet, from
+# the silicon. Only figures measured on a real card are listed; `autotune doctor` measures one
+# on any machine (its `matmul` check).
+MEASURED_PEAK_FLOPS: dict[str, tuple[dict[str, float], str]] = {
+    "H200": (
+        {"bfloat16": 790e12},
+        "a large bf16 matmul on a real H200 (SXM): about 790 TFLOP/s of the datasheet's 989 (the project's mission)",
+    ),
+}
+
+
+def measured_peak_flops(device_name: str, amp_dtype: str) -> tuple[float, str] | None:
+    """(FLOP/s, source) a large matmul was measured to reach on this card in this dtype, or
+    None where no such measurement is known (MIG instances never: a slice is not the card)."""
+    if MIG_MARK in f" {device_name} ":
+        return None
+    fragment = next((f for f, _, _ in PEAK_FLOPS if f in device_name), None)
+    by_dtype, source = MEASURED_PEAK_FLOPS.get(fragment or "", ({}, ""))
+    return (by_dtype[amp_dtype], source) if amp_dtype in by_dtype else None
+
+
 def peak_flops(device_name: str, amp_dtype: str) -> float | None:
     """Peak FLOP/s of this device in the dtype the matmuls run in; None when unknown (CPUs,
     MIG instances, cards missing from the table)."""

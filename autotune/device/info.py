@@ -68,7 +68,7 @@ def cpu_name() -> str:
 def describe(device: str) -> DeviceInfo:
     """Facts about `cpu`, `cuda` or `cuda:N`, for study attrs, recipes and support rules."""
     if device == "cpu":
-        return DeviceInfo(kind="cpu", name=cpu_name(), torch=_torch_version())
+        return DeviceInfo(kind="cpu", name=cpu_name(), torch=torch_version())
     pin_cuda_device_order()
     index = cuda_index(device)
     info = _describe_cuda_nvml(index)
@@ -133,8 +133,10 @@ def visible_gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _torch_version() -> str:
-    """torch's version, read from its installed metadata: no need to import torch (seconds)."""
+def torch_version() -> str:
+    """torch's version, read from its installed metadata: no need to import torch (seconds).
+    What every record of the software holds, so what a recipe is compared with: PyPI's CUDA
+    wheels say "2.9.1" there, where torch.__version__ says "2.9.1+cu128"."""
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
@@ -150,7 +152,7 @@ def software_versions() -> dict[str, str]:
     from autotune._version import __version__
 
     return {
-        "torch": _torch_version(),
+        "torch": torch_version(),
         "optuna": optuna.__version__,
         "autotune": __version__,
         "python": platform.python_version(),
@@ -184,7 +186,7 @@ def _describe_cuda_nvml(index: int) -> DeviceInfo | None:
             compute_capability=f"{major}.{minor}",
             driver=text(pynvml.nvmlSystemGetDriverVersion()),
             cuda=torch.version.cuda or f"{cuda_driver // 1000}.{cuda_driver % 1000 // 10}",
-            torch=_torch_version(),
+            torch=torch_version(),
         )
     except Exception as exc:
         log.warning("NVML could not describe GPU %d (%s); asking torch instead", index, exc)
@@ -206,5 +208,5 @@ def _describe_cuda_torch(index: int) -> DeviceInfo:
         total_memory_bytes=int(props.total_memory),
         compute_capability=f"{props.major}.{props.minor}",
         cuda=torch.version.cuda,
-        torch=_torch_version(),
+        torch=torch_version(),
     )

@@ -42,9 +42,20 @@ def apply_allocator_settings(cfg: TrainConfig, device_kind: str) -> None:
     explicit false from `allocator_env`)."""
     if device_kind != "cuda" or not cfg.expandable_segments:
         return
+    set_allocator_settings(f"{OPTION}:True")
+
+
+def set_allocator_settings(settings: str) -> None:
+    """The caching allocator's settings from now on, as PYTORCH_CUDA_ALLOC_CONF writes them:
+    through torch's device-neutral entry point where it has one (torch 2.13 here, where
+    torch.cuda.memory's older name warns that it is deprecated), else through that older name
+    (torch 2.9, which has only it)."""
     import torch
 
-    torch._C._accelerator_setAllocatorSettings(f"{OPTION}:True")
+    setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+    if setter is None:
+        setter = torch.cuda.memory._set_allocator_settings
+    setter(settings)
 
 
 def apply_allocator_knob(model: Any, cfg: TrainConfig, where: Any) -> Any:

@@ -12,14 +12,19 @@ per-backend matmul flags (`torch.backends.cuda.matmul.fp32_precision == "tf32"`)
 legacy global that inductor still reads (`torch.get_float32_matmul_precision()`, in its
 autotuning cache keys). Writing `torch.backends.cuda.matmul.fp32_precision` alone leaves that
 global unset, and torch 2.13 then raises ("mix of the legacy and new APIs") when inductor
-reads it. Convolutions: `torch.backends.cudnn.{conv,rnn}.fp32_precision`, set together, since
-the legacy `torch.backends.cudnn.allow_tf32` that inductor reads raises when they differ.
+reads it. Convolutions alike: reading the legacy `torch.backends.cudnn.allow_tf32` (inductor's
+convolution lowering does) raises unless `torch.backends.cudnn.{conv,rnn}.fp32_precision` and
+the legacy flag agree, and the per-op setters leave the legacy flag as it was. So cuDNN is set
+through the legacy setter, which sets the per-op flags with it (torch >= 2.9), then each op
+explicitly ("ieee" rather than the legacy setter's "none", which would inherit a process-wide
+`torch.backends.fp32_precision`): both APIs say the same, whichever one inductor or a user's
+model reads.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -65,16 +70,23 @@ _CUDNN_OPS = ("conv", "rnn")
 
 
 def set_tf32(enabled: bool) -> None:
-    """TF32 on or off for float32 matmuls and cuDNN convolutions, process-wide, through the
-    API torch 2.13 and its inductor both read consistently (see the module docstring)."""
+    """TF32 on or off for float32 matmuls and cuDNN convolutions, process-wide, so that the
+    legacy and the new APIs agree and either can be read (see the module docstring)."""
     torch.set_float32_matmul_precision("high" if enabled else "highest")
-    for op in _CUDNN_OPS:
-        getattr(torch.backends.cudnn, op).fp32_precision = "tf32" if enabled else "ieee"
+    _set_cudnn(enabled, {op: "tf32" if enabled else "ieee" for op in _CUDNN_OPS})
 
 
-def _legacy_matmul_precision() -> str | None:
+def _set_cudnn(legacy: bool | None, per_op: dict[str, str]) -> None:
+    """The legacy flag first (its setter also sets the per-op flags), then each op's own."""
+    if legacy is not None:
+        torch.backends.cudnn.allow_tf32 = legacy
+    for op, value in per_op.items():
+        getattr(torch.backends.cudnn, op).fp32_precision = value
+
+
+def _legacy(read: Callable[[], Any]) -> Any:
     try:
-        return torch.get_float32_matmul_precision()
+        return read()
     except RuntimeError:  # the legacy and new APIs were mixed by someone: no single answer
         return None
 
@@ -83,10 +95,11 @@ def _legacy_matmul_precision() -> str | None:
 def fp32_precision(amp_dtype: str) -> Iterator[None]:
     """TF32 for tf32 runs, true float32 otherwise, for everything inside: forward, backward,
     optimizer step and the kernels torch.compile generates meanwhile. The previous settings
-    come back on exit."""
-    saved_legacy = _legacy_matmul_precision()
-    saved = {op: getattr(torch.backends.cudnn, op).fp32_precision for op in _CUDNN_OPS}
+    come back on exit, through the same APIs."""
+    saved_legacy = _legacy(torch.get_float32_matmul_precision)
     saved_matmul = torch.backends.cuda.matmul.fp32_precision
+    saved_cudnn = _legacy(lambda: torch.backends.cudnn.allow_tf32)
+    saved = {op: getattr(torch.backends.cudnn, op).fp32_precision for op in _CUDNN_OPS}
     set_tf32(amp_dtype == "tf32")
     try:
         yield
@@ -95,5 +108,4 @@ def fp32_precision(amp_dtype: str) -> Iterator[None]:
             torch.set_float32_matmul_precision(saved_legacy)
         else:
             torch.backends.cuda.matmul.fp32_precision = saved_matmul
-        for op, value in saved.items():
-            getattr(torch.backends.cudnn, op).fp32_precision = value
+        _set_cudnn(saved_cudnn, saved)

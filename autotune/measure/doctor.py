@@ -14,6 +14,9 @@ In a few seconds, in this process (one CUDA context, no trial):
     sdpa         which attention backends run forward and backward, in bfloat16 and float16,
                  at GPT-2's shape (12 heads of 64, 1024 positions, causal)
     peak FLOPs   what MFU divides by on this device, per dtype, and the source
+    matmul       what a large matmul reaches here (bfloat16 on CUDA, float32 on a CPU), timed:
+                 the practical ceiling beside the datasheet's, and beside the figure measured
+                 on a real card of this kind where one is known (`device.flops`)
 
 Every check is reported, none raises: a machine that fails one is told which and why."""
 
@@ -36,10 +39,12 @@ from autotune.device import (
     compute_process_pids,
     describe,
     load_nvml,
+    peak_flops,
     peak_flops_entry,
     physical_gpus,
     resolve_device,
 )
+from autotune.device.flops import measured_peak_flops
 from autotune.device.gpu_memory import GpuMemoryWatch
 from autotune.device.info import software_versions
 from autotune.device.nvml import text
@@ -51,6 +56,12 @@ SDPA_SHAPE_CPU = (1, 2, 1024, 64)  # the same kernels, fewer heads: seconds less
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 SDPA_DTYPES = ("bfloat16", "float16")
 SDPA_RUNS = "runs"  # a backend's entry when it ran; otherwise the reason it did not
+# The timed matmul: square, large enough that cuBLAS runs its best tiles (8192: 1.1 TFLOP a
+# product, about 1.4 ms on an H200); a CPU's is smaller, in float32 (no bf16 units on most):
+# 0.27 GFLOP a product, tens of ms on a few cores.
+MATMUL_SIZE = {"cuda": 8192, "cpu": 512}
+MATMUL_DTYPE = {"cuda": "bfloat16", "cpu": "float32"}
+MATMUL_RUNS = {"cuda": 20, "cpu": 5}  # timed products, after 3 untimed ones
 
 
 @dataclass
@@ -68,6 +79,7 @@ class DoctorReport:
     compile: Check
     sdpa: dict[str, dict[str, str]]  # dtype -> backend -> SDPA_RUNS, or why not
     peak_flops: dict[str, Any]
+    matmul: dict[str, Any]  # dtype, size, flops_per_sec (null when it failed: detail), and the references
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -102,6 +114,7 @@ def run_doctor(device: str = "auto") -> DoctorReport:
             "by_dtype": flops.by_dtype if flops else None,
             "source": flops.source if flops else "a CPU: MFU is not reported",
         },
+        matmul=check_matmul(name, info),
         problems=problems,
     )
 
@@ -205,17 +218,15 @@ def compile_prerequisites(kind: str) -> str | None:
 
 
 def check_compile(device: str, info: DeviceInfo) -> Check:
-    """Compile a tiny function, new each run (a random constant defeats inductor's caches, so
-    the compiler and headers are really used), and run it on the device."""
+    """Compile a tiny function, new each run, and run it on the device. New means a kernel no
+    cache holds, so the compiler and headers are really used: its random constant is a literal
+    of a code object made now. (A constant from a closure is a graph input to dynamo, floats
+    being unspecialized: the same kernel every run, which inductor's caches answered.)"""
     started = time.perf_counter()
     missing = compile_prerequisites(info.kind)
     if missing is not None:
         return Check(False, missing, time.perf_counter() - started)
-    scale = random.uniform(1.0, 2.0)
-
-    def tiny(x: torch.Tensor) -> torch.Tensor:
-        return torch.sin(x) * scale + 1.0
-
+    tiny = _new_function(random.uniform(1.0, 2.0))
     try:
         x = torch.randn(256, device=device)
         torch.testing.assert_close(torch.compile(tiny)(x), tiny(x))
@@ -223,6 +234,48 @@ def check_compile(device: str, info: DeviceInfo) -> Check:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         return Check(False, f"{type(exc).__name__}: {first}", time.perf_counter() - started)
     return Check(True, "a tiny function compiled and ran", time.perf_counter() - started)
+
+
+def _new_function(scale: float) -> Any:
+    """`torch.sin(x) * scale + 1.0`, with `scale` written into a code object of its own."""
+    namespace: dict[str, Any] = {"torch": torch}
+    source = f"def tiny(x):\n    return torch.sin(x) * {scale!r} + 1.0\n"
+    exec(compile(source, f"<autotune doctor {scale!r}>", "exec"), namespace)  # our own two lines, a float in them
+    return namespace["tiny"]
+
+
+# --- a large matmul ------------------------------------------------------------------------------
+
+
+def check_matmul(device: str, info: DeviceInfo) -> dict[str, Any]:
+    """FLOP/s of a large square matmul here, with the datasheet's peak and a real card's
+    measured figure for the same dtype where known (what MFU's two figures divide by)."""
+    size, dtype = MATMUL_SIZE[info.kind], MATMUL_DTYPE[info.kind]
+    result: dict[str, Any] = {"dtype": dtype, "size": size, "flops_per_sec": None, "detail": None}
+    if info.kind == "cuda":
+        known = measured_peak_flops(info.name, dtype)
+        result["datasheet_flops_per_sec"] = peak_flops(info.name, dtype)
+        result["measured_elsewhere_flops_per_sec"] = known[0] if known else None
+        result["measured_elsewhere_source"] = known[1] if known else None
+    try:
+        a = torch.randn(size, size, device=device, dtype=getattr(torch, dtype))
+        b = torch.randn(size, size, device=device, dtype=getattr(torch, dtype))
+        for _ in range(3):  # cuBLAS picks its kernel, clocks ramp up
+            a @ b
+        _synchronize(info)
+        started = time.perf_counter()
+        for _ in range(MATMUL_RUNS[info.kind]):
+            a @ b
+        _synchronize(info)
+        result["flops_per_sec"] = 2 * size**3 * MATMUL_RUNS[info.kind] / (time.perf_counter() - started)
+    except Exception as exc:  # noqa: BLE001 (the reason is the answer)
+        result["detail"] = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return result
+
+
+def _synchronize(info: DeviceInfo) -> None:
+    if info.kind == "cuda":
+        torch.cuda.synchronize()
 
 
 # --- attention ----------------------------------------------------------------------------------

@@ -12,6 +12,13 @@
     Both are whole-device counters: work of other processes on the same GPU or CPU package
     counts too (said in `source`). Where no counter can be read the figures are null and
     `note` says why (`NoEnergyMeter`: a null object, no branches in the loop).
+
+Resolution: a counter read at both ends of a window is off by up to one update period at
+each. NVML's energy counter is updated every 10-100 ms (coarser on some GPUs; its power
+readings are averages over windows of their own, and NVIDIA documents no period), so a
+window under NVML_MIN_WINDOW_S, 5 s (a 2 x 100 ms error is 4 % of it), has no energy figure
+and `note` says why; `search --objective tokens_per_joule` times every window that long.
+RAPL's counters are updated about every millisecond: RAPL_MIN_WINDOW_S, 0.1 s.
 """
 
 from __future__ import annotations
@@ -26,11 +33,14 @@ log = logging.getLogger(__name__)
 NVML_DEVICE = "nvml-device"  # the whole GPU's counter: other processes on it count too
 RAPL_PACKAGE = "rapl-package"  # every CPU package's counter: other processes count too
 POWERCAP = Path("/sys/class/powercap")
+NVML_MIN_WINDOW_S = 5.0  # see the module docstring: the counter's update period, at both ends
+RAPL_MIN_WINDOW_S = 0.1
 
 
 class EnergyMeter(Protocol):
     source: str | None
     note: str | None  # why there is no reading; None when there is one
+    min_window_s: float  # the shortest window whose energy the counter resolves
 
     @property
     def available(self) -> bool: ...
@@ -46,6 +56,7 @@ class NoEnergyMeter:
 
     note: str
     source: str | None = None
+    min_window_s: float = 0.0
 
     @property
     def available(self) -> bool:
@@ -63,6 +74,7 @@ class NvmlEnergyMeter:
 
     source = NVML_DEVICE
     note = None
+    min_window_s = NVML_MIN_WINDOW_S
 
     def __init__(self, pynvml: Any, handle: Any) -> None:
         self._pynvml, self._handle = pynvml, handle
@@ -92,6 +104,7 @@ class RaplEnergyMeter:
 
     source = RAPL_PACKAGE
     note = None
+    min_window_s = RAPL_MIN_WINDOW_S
 
     def __init__(self, zones: list[RaplZone]) -> None:
         self.zones = zones
@@ -169,6 +182,17 @@ def rapl_meter(powercap: Path | None = None) -> EnergyMeter:
         except (OSError, ValueError) as exc:
             return NoEnergyMeter(f"cannot read {package}: {exc}")
     return RaplEnergyMeter(zones)
+
+
+def window_energy(meter: EnergyMeter, joules: float | None, wall_s: float) -> tuple[float | None, str | None]:
+    """(joules, note) of a timed window: none from a window shorter than the counter resolves."""
+    if joules is not None and wall_s < meter.min_window_s:
+        return None, (
+            f"the timed window lasted {wall_s:.1f} s, under the {meter.min_window_s:g} s the {meter.source} counter "
+            "needs for a figure within a few percent (it is updated every 10-100 ms): --min-time "
+            f"{meter.min_window_s:g} or longer gives one"
+        )
+    return joules, meter.note
 
 
 def joules_per_token(joules: float | None, tokens: int) -> float | None:

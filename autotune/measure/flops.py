@@ -3,7 +3,7 @@ would use at the measured throughput (padding and recomputation are not useful w
 
 from __future__ import annotations
 
-from autotune.device.flops import peak_flops
+from autotune.device.flops import measured_peak_flops, peak_flops
 from autotune.device.info import DeviceInfo
 from autotune.model.introspect import ModelShape
 
@@ -18,11 +18,25 @@ def flops_per_token(n_params: int, shape: ModelShape, width: float) -> float | N
 
 
 def model_flops_utilization(
-    tokens_per_sec: float, *, n_params: int, shape: ModelShape, width: float, device: DeviceInfo, amp_dtype: str
+    tokens_per_sec: float,
+    *,
+    n_params: int,
+    shape: ModelShape,
+    width: float,
+    device: DeviceInfo,
+    amp_dtype: str,
+    measured: bool = False,
 ) -> float | None:
     """MFU at the mean padded width of the timed batches; only useful (non-pad) tokens count.
-    None where the peak is unknown (CPUs, devices missing from the table)."""
-    peak = peak_flops(device.name, amp_dtype) if device.kind == "cuda" else None
+    Against the datasheet's dense peak, or with `measured` against what a large matmul was
+    measured to reach on this card (`device.flops.MEASURED_PEAK_FLOPS`). None where that peak
+    is unknown (CPUs, devices missing from the table)."""
+    peak = None
+    if device.kind == "cuda":
+        if measured:
+            peak = (measured_peak_flops(device.name, amp_dtype) or (None, ""))[0]
+        else:
+            peak = peak_flops(device.name, amp_dtype)
     per_token = flops_per_token(n_params, shape, width)
     if peak is None or per_token is None:
         return None

@@ -51,7 +51,7 @@ from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.measure import intervals, outcomes
 from autotune.measure.compile_events import CompileEvents
 from autotune.measure.cuda import CudaSession, HostSession, session_for
-from autotune.measure.energy import EnergyMeter, energy_meter, joules_per_token
+from autotune.measure.energy import EnergyMeter, energy_meter, joules_per_token, window_energy
 from autotune.measure.extremes import Extremes, extreme_shapes, run_extremes
 from autotune.measure.flops import flops_per_token, model_flops_utilization
 from autotune.measure.measurement import Measurement
@@ -120,7 +120,10 @@ class _Run:
             t = time.perf_counter()
             torch.manual_seed(self.spec.seed)
             self.session.start()
-            run = set_up_training(self.spec, self.cfg, device=self.device, device_kind=self.kind)
+            # Data for warm-up and the longest first window in one epoch: no new epoch (workers
+            # started anew, unless persistent) inside the window, as in a run over a real corpus.
+            data_steps = self.spec.warmup + MAX_STEPS_FACTOR * self.spec.steps + self.accumulation
+            run = set_up_training(self.spec, self.cfg, device=self.device, device_kind=self.kind, data_steps=data_steps)
             self.shape, self.n_params = run.shape, run.n_params
             self.phase["setup"] = time.perf_counter() - t
             try:
@@ -200,7 +203,7 @@ class _Run:
         min_time = share * self.spec.min_time_s
         window = _Window(accumulation=self.accumulation)
         clock = self.session.clock()
-        events_before = self.events.total
+        events_before, epochs_before = self.events.total, batches.epochs
         with self.session.sampler() as sampler:
             self.session.sync()
             energy_start = self.energy.start()  # after the synchronize: the window's work only
@@ -225,6 +228,7 @@ class _Run:
             window.energy_j = self.energy.joules_since(energy_start)
         window.step_times = clock.durations()
         window.recompiles = self.events.total - events_before
+        window.epochs = batches.epochs - epochs_before
         window.gpu_utilization = sampler.mean_utilization
         window.final_loss = float(loss.detach())
         return window
@@ -250,7 +254,9 @@ class _Run:
             peak, self.spec.memory_limit_bytes, final_loss=window.final_loss, headroom=self.spec.memory_headroom
         )
 
-        def mfu(width: float) -> float | None:
+        energy_j, energy_note = window_energy(self.energy, window.energy_j, window.wall_s)
+
+        def mfu(width: float, measured: bool = False) -> float | None:
             return model_flops_utilization(
                 tokens_per_sec,
                 n_params=self.n_params,
@@ -258,6 +264,7 @@ class _Run:
                 width=width,
                 device=self.info,
                 amp_dtype=self.cfg.amp_dtype,
+                measured=measured,
             )
 
         return Measurement(
@@ -275,6 +282,8 @@ class _Run:
             compile_time_s=compile_time,
             mfu=mfu(statistics.fmean(window.widths)),
             mfu_at_context=mfu(self.shape.context_length),
+            mfu_measured_peak=mfu(statistics.fmean(window.widths), measured=True),
+            epochs_during_timing=window.epochs,
             peak_memory_bytes=peak,
             peak_memory_source=source,
             allocator_peak_bytes=worst.allocated,
@@ -287,10 +296,10 @@ class _Run:
             # on a CPU the tree is the device (restarted per phase): its worst case is `peak`
             host_peak_memory_bytes=self.host.peak_bytes if self.kind == "cuda" else peak,
             gpu_utilization=window.gpu_utilization,
-            energy_joules=window.energy_j,
-            joules_per_token=joules_per_token(window.energy_j, window.tokens),
-            energy_source=self.energy.source,
-            energy_note=self.energy.note,
+            energy_joules=energy_j,
+            joules_per_token=joules_per_token(energy_j, window.tokens),
+            energy_source=self.energy.source if energy_j is not None else None,
+            energy_note=energy_note,
             unstable=window.cv > CV_TARGET,
             short_window=window.short,
             steps=len(window.step_times),
@@ -326,6 +335,7 @@ class _Window:
     step_times: list[float] = field(default_factory=list)
     recompiles: int = 0  # compile events (compiles, recompiles, CUDA graph recordings) inside it
     retimed: int = 0  # windows dropped before this one for a compile event in them
+    epochs: int = 0  # DataLoader epochs begun inside it (non-persistent workers start anew)
     gpu_utilization: float | None = None
     final_loss: float | None = None
     energy_j: float | None = None  # joules over the window; None without an energy counter
@@ -365,6 +375,7 @@ class _Window:
             step_times=self.step_times + other.step_times,
             recompiles=self.recompiles + other.recompiles,
             retimed=self.retimed + other.retimed,
+            epochs=self.epochs + other.epochs,
             gpu_utilization=statistics.fmean(util) if util else None,
             final_loss=other.final_loss,
             energy_j=None if self.energy_j is None or other.energy_j is None else self.energy_j + other.energy_j,

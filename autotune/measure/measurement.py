@@ -27,6 +27,10 @@ class Measurement:
     compile_time_s: float | None = None
     mfu: float | None = None  # at the mean padded width; null where the peak FLOPs are unknown (CPUs, MIG)
     mfu_at_context: float | None = None  # the same throughput with attention over the full context
+    # MFU (at the mean padded width) against what a large matmul was measured to reach on this
+    # card (device.flops.MEASURED_PEAK_FLOPS: 790 TFLOP/s bf16 on an H200, of the datasheet's
+    # 989), not the datasheet; null where no such measurement is known
+    mfu_measured_peak: float | None = None
     peak_memory_bytes: int | None = None
     # nvml-process: NVML's figure for this PID; nvml-device: the device's used memory minus a
     # baseline read before CUDA started (containers, where NVML reports host PIDs);
@@ -57,6 +61,9 @@ class Measurement:
     # short first window was clearly below it: its figures are that window's (search.planner).
     short_window: bool = False
     steps: int = 0  # timed steps: micro-steps, under gradient accumulation
+    # DataLoader epochs begun inside the timed window(s): each starts non-persistent workers
+    # anew. The data is sized so a first window needs none (0 but for a window re-timed long).
+    epochs_during_timing: int = 0
     accumulation_steps: int = 1  # micro-steps per optimizer step
     optimizer_steps: int | None = None  # in the timed window (steps // accumulation_steps)
     global_batch_tokens: int | None = None  # positions per optimizer step the run fixed; None: token_budget

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 from autotune.config import RunSpec, TrainConfig
 from autotune.data.batching import build_dataloader, carries_document_ids, distinct_batch_shapes
-from autotune.data.datasets import make_dataset
+from autotune.data.datasets import default_min_tokens, make_dataset
 from autotune.errors import UsageError
 from autotune.knobs.apply import apply_model_knobs
 from autotune.knobs.precision import grad_scaler
@@ -58,6 +58,18 @@ class TrainingSetUp:
         self.batches.close()
 
 
+# The most tokens of data made (synthetic) or indexed (.bin) for a run: 268M, a few MiB of
+# document lengths (packed windows: 2M at a context of 128).
+MAX_EPOCH_TOKENS = 1 << 28
+
+
+def epoch_tokens(seq_len: int, token_budget: int, steps: int | None) -> int:
+    """Tokens of data for an epoch of at least `steps` micro-steps (a step holds at most its
+    budget of them, pads included), never less than the default corpus, at most MAX_EPOCH_TOKENS."""
+    default = default_min_tokens(seq_len)
+    return default if steps is None else min(MAX_EPOCH_TOKENS, max(default, token_budget * steps))
+
+
 def set_up_training(
     spec: RunSpec,
     cfg: TrainConfig,
@@ -67,10 +79,12 @@ def set_up_training(
     model: nn.Module | None = None,
     annotate: bool = False,
     before_knobs: Callable[[], None] | None = None,
+    data_steps: int | None = None,
 ) -> TrainingSetUp:
     """Build (or take) the model, move it to `device`, apply the knobs in their order, and make
     the optimizer, data and step. `annotate` labels the optimizer step for the profiler;
-    `before_knobs` runs just before the knobs are applied (the profiler names compiled kernels)."""
+    `before_knobs` runs just before the knobs are applied (the profiler names compiled kernels);
+    `data_steps`: micro-steps the data must hold in one epoch (at least; else its default size)."""
     accumulation = spec.accumulation_steps(cfg)  # UnsupportedConfig before anything is built
     model = model if model is not None else build_model(spec.model)
     shape = model_shape(model, spec.seq_len)
@@ -84,7 +98,13 @@ def set_up_training(
     apply_model_knobs(model, cfg)
     optimizer = make_optimizer(model, device)
     scaler = grad_scaler(device_kind, cfg.amp_dtype)
-    dataset = make_dataset(spec.data, vocab_size=shape.vocab_size, seq_len=shape.context_length, seed=spec.seed)
+    dataset = make_dataset(
+        spec.data,
+        vocab_size=shape.vocab_size,
+        seq_len=shape.context_length,
+        seed=spec.seed,
+        min_tokens=epoch_tokens(shape.context_length, cfg.token_budget, data_steps),
+    )
     loader = build_dataloader(dataset, cfg, seq_len=shape.context_length, seed=spec.seed)
     step = make_train_step(
         model,

@@ -95,12 +95,39 @@ def make_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Optimi
         return torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1)
 
 
-def endless_batches(loader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Batches across epochs (each new epoch reshuffles; persistent workers survive it)."""
-    while True:
-        empty = True
-        for batch in loader:
-            empty = False
-            yield batch
-        if empty:
-            raise UsageError("the data yields no batch: the corpus is smaller than one step's token budget")
+class EndlessBatches:
+    """Batches across epochs (each new epoch reshuffles; persistent workers survive it). The
+    first epoch begins at once, so its DataLoader workers start, and load ahead, before anything
+    is timed; `epochs` counts the epochs begun (each one starts non-persistent workers anew)."""
+
+    def __init__(self, loader) -> None:
+        self.loader = loader
+        self.epochs = 0
+        self._batches: Iterator | None = self._epoch()
+
+    def _epoch(self) -> Iterator:
+        self.epochs += 1
+        return iter(self.loader)
+
+    def __iter__(self) -> "EndlessBatches":
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, ...]:
+        if self._batches is None:
+            raise StopIteration
+        try:
+            return next(self._batches)
+        except StopIteration:
+            self._batches = self._epoch()
+        try:
+            return next(self._batches)
+        except StopIteration:  # a whole new epoch yields nothing
+            raise UsageError("the data yields no batch: the corpus is smaller than one step's token budget") from None
+
+    def close(self) -> None:
+        """Stop: the epoch's iterator is dropped, which shuts its workers down now."""
+        self._batches = None
+
+
+def endless_batches(loader) -> EndlessBatches:
+    return EndlessBatches(loader)

@@ -97,13 +97,22 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, hidden, weight, labels, chunks, compute_dtype):  # type: ignore[override]
         loss, grad_hidden, grad_weight = _chunked_forward(hidden, weight, labels, chunks, compute_dtype, True)
         ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.hidden_dtype, ctx.weight_dtype = hidden.dtype, weight.dtype
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss):  # type: ignore[override]
         grad_hidden, grad_weight = ctx.saved_tensors
-        # d(loss)/d(inputs) were computed in forward for a loss gradient of 1; scale them.
-        return grad_hidden * grad_loss, grad_weight * grad_loss, None, None, None
+        # d(loss)/d(inputs) were computed in forward, in fp32, for a loss gradient of 1. Scaled
+        # first (a GradScaler's 2**16 is in grad_loss), then cast to the inputs' dtypes: a
+        # float16 input's gradient of 1/n_valid would flush to zero the other way round.
+        return (
+            (grad_hidden * grad_loss).to(ctx.hidden_dtype),
+            (grad_weight * grad_loss).to(ctx.weight_dtype),
+            None,
+            None,
+            None,
+        )
 
 
 def _chunked_forward(
@@ -114,18 +123,24 @@ def _chunked_forward(
     compute_dtype: torch.dtype,
     with_grads: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(mean loss, d loss / d hidden, d loss / d weight), slice by slice.
+    """(mean loss, d loss / d hidden, d loss / d weight), slice by slice; the gradients in fp32.
 
     For one slice with logits z (n, V), p = softmax(z) and target y: loss_i = logsumexp(z_i)
     - z_i[y_i], and d loss / d z_i = (p_i - onehot(y_i)) / n_valid for a non-pad label, else 0.
-    Then d hidden = dz @ W and d W = dz^T @ hidden, in the compute dtype, accumulated in fp32."""
+    Then d hidden = dz @ W and d W = dz^T @ hidden, in the compute dtype, accumulated in fp32.
+
+    The matmuls take p - onehot (at most 1 in magnitude) and the 1 / n_valid is applied to
+    their fp32 results: p / n_valid in float16 flushes to zero below 2**-25 (every entry but
+    the targets' at GPT-2's vocabulary and 8k tokens), before a GradScaler's scale, which
+    reaches the gradient only in backward, could lift it. float16 then holds p down to 2**-25
+    itself, as the standard loss's scaled gradient does; bfloat16 has fp32's range either way."""
     n = hidden.shape[0]
     valid_count = (labels != IGNORE_INDEX).sum()
     # Gradients scale by 1 / n_valid; a batch of pads only has zero gradients (not 0/0).
     grad_scale = 1.0 / valid_count.clamp(min=1).to(torch.float32)
     w = weight.to(compute_dtype)
     total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-    grad_hidden = torch.empty_like(hidden) if with_grads else None
+    grad_hidden = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device) if with_grads else None
     grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if with_grads else None
     for i in range(chunks):
         # Symbolic bounds under torch.compile: one graph for every n, no guard on it.
@@ -138,16 +153,18 @@ def _chunked_forward(
         lse = torch.logsumexp(logits, dim=1)
         total = total + torch.where(valid, lse - logits.gather(1, target).squeeze(1), 0.0).sum()
         if with_grads:
-            # d loss / d logits, in the logits' own memory: softmax, minus one at the target,
-            # zero for a pad, over the count of non-pad labels.
+            # n_valid x d loss / d logits, in the logits' own memory: softmax, minus one at the
+            # target, zero for a pad (the 1 / n_valid comes after the matmuls, in fp32).
             dz = logits.sub_(lse.unsqueeze(1)).exp_()
             dz.scatter_add_(1, target, torch.full_like(lse, -1.0).unsqueeze(1))
-            dz = dz.mul_(valid.unsqueeze(1) * grad_scale).to(compute_dtype)  # (n_i, V)
-            grad_hidden.narrow(0, start, end - start).copy_(dz @ w)
+            dz = dz.mul_(valid.unsqueeze(1)).to(compute_dtype)  # (n_i, V)
+            # In float16 these products stay in range: |dz| <= 1, so a slice's partial sums are
+            # at most its tokens (<= 4096) x the largest hidden value, far from 65504 in practice.
+            grad_hidden.narrow(0, start, end - start).copy_(dz @ w)  # into fp32
             grad_weight.add_(dz.t() @ h)
             del dz
         del logits
     loss = total / valid_count  # NaN when every label is a pad, as F.cross_entropy
     if not with_grads:
         return loss, None, None
-    return loss, grad_hidden, grad_weight.to(weight.dtype)
+    return loss, grad_hidden.mul_(grad_scale), grad_weight.mul_(grad_scale)

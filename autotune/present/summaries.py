@@ -55,7 +55,7 @@ def format_measurement(m: Measurement) -> str:
             f"{m.compile_time_s:.1f} s (warm-up time beyond steady steps; {m.shape_warmup_steps} steps over every "
             f"batch shape, then {m.warmup_steps} on data)",
         ),
-        ("MFU", mfu_text(m.mfu, m.mfu_at_context)),
+        ("MFU", mfu_text(m.mfu, m.mfu_at_context, m.mfu_measured_peak)),
         (
             "peak memory",
             f"{format_bytes(m.peak_memory_bytes)} ({m.peak_memory_source})"
@@ -82,12 +82,16 @@ def format_measurement(m: Measurement) -> str:
     return "\n".join(lines)
 
 
-def mfu_text(mfu: float | None, at_context: float | None) -> str:
+def mfu_text(mfu: float | None, at_context: float | None, measured_peak: float | None = None) -> str:
+    """Against the datasheet's peak; and against a large matmul's measured peak where one is known."""
     if mfu is None:
         return "n/a (no peak FLOPs for this device)"
-    if at_context is None or abs(at_context - mfu) < 5e-4:
-        return format_pct(mfu)
-    return f"{format_pct(mfu)} at the mean padded length, {format_pct(at_context)} at the full context"
+    text = format_pct(mfu) + " of the datasheet's peak"
+    if at_context is not None and abs(at_context - mfu) >= 5e-4:
+        text = f"{format_pct(mfu)} at the mean padded length, {format_pct(at_context)} at the full context (datasheet)"
+    if measured_peak is not None:
+        text += f"; {format_pct(measured_peak)} of a large matmul's measured peak"
+    return text
 
 
 # --- studies (every trial a `study.record.TrialRecord`) --------------------------------------
@@ -446,6 +450,19 @@ def studies_json(entries) -> list[dict[str, Any]]:
 # --- doctor ---------------------------------------------------------------------------------
 
 
+def matmul_text(matmul: dict[str, Any]) -> str:
+    """The doctor's timed matmul: what it reached here, beside the datasheet and a real card."""
+    size = matmul["size"]
+    if matmul["flops_per_sec"] is None:
+        return f"FAILED at {size}x{size}: {matmul['detail']}"
+    text = f"{matmul['flops_per_sec'] / 1e12:.3g} TFLOP/s measured here ({size}x{size}"
+    if matmul.get("datasheet_flops_per_sec"):
+        text += f"; datasheet {matmul['datasheet_flops_per_sec'] / 1e12:g}"
+    if matmul.get("measured_elsewhere_flops_per_sec"):
+        text += f"; {matmul['measured_elsewhere_flops_per_sec'] / 1e12:g} on a real card of this kind"
+    return text + ")"
+
+
 def doctor_text(report: dict[str, Any]) -> str:
     """`autotune doctor`'s report for people: what was found, then what is wrong."""
     v, d, mem, comp = report["versions"], report["device"], report["memory"], report["compile"]
@@ -479,6 +496,7 @@ def doctor_text(report: dict[str, Any]) -> str:
         rows.append(("peak TFLOP/s", f"{figures} ({peak['source']})"))
     else:
         rows.append(("peak TFLOP/s", f"n/a ({peak['source']})"))
+    rows.append((f"matmul {report['matmul']['dtype']}", matmul_text(report["matmul"])))
     lines = [f"  {name:<22}{value}" for name, value in rows]
     if report["problems"]:
         lines += ["", "problems:"] + [f"  - {p}" for p in report["problems"]]

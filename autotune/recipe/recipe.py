@@ -399,14 +399,13 @@ class Recipe:
     # --- provenance --------------------------------------------------------------------------
 
     def differences_from_here(self, device: str | None = None) -> list[str]:
-        """What differs between where the recipe was measured and this environment."""
-        import torch
-
-        from autotune.device import describe, resolve_device
+        """What differs between where the recipe was measured and this environment (torch as
+        both record it, `torch_version`)."""
+        from autotune.device import describe, resolve_device, torch_version
 
         diffs = []
-        if self.software.get("torch") and self.software["torch"] != torch.__version__:
-            diffs.append(f"torch {self.software['torch']} there, {torch.__version__} here")
+        if self.software.get("torch") and self.software["torch"] != torch_version():
+            diffs.append(f"torch {self.software['torch']} there, {torch_version()} here")
         try:
             here = describe(resolve_device(device or ("cuda" if self.hardware.get("kind") == "cuda" else "cpu")))
         except UsageError:

@@ -185,7 +185,9 @@ class Objective:
             self.on_running(trial.number, cfg)
         try:
             spec = self.ctx.spec
-            if getattr(self, "prune_below", None) is not None:
+            # A short first window is judged on tokens/s, and is too short for an energy figure:
+            # under tokens_per_joule every trial is timed in full.
+            if getattr(self, "prune_below", None) is not None and self.ctx.objective != "tokens_per_joule":
                 spec = dataclasses.replace(spec, prune_below_tokens_per_sec=self.prune_below)
             return run_trial(
                 spec,

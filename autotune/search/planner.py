@@ -159,11 +159,8 @@ class Planner:
         values = dict(self.space.fixed)
         for name, dim in self.space.dimensions.items():
             offered = dimension_values(self.space, dim)
-            wanted = (
-                [v for v in registry.knob(name).prefer.get(kind, ()) if v in offered]
-                if name in registry.BY_NAME
-                else []
-            )
+            prefer = registry.knob(name).prefer if name in registry.BY_NAME else {}
+            wanted = [v for v in prefer.get(self.device, prefer.get(kind, ())) if v in offered]
             values[name] = wanted[0] if wanted else max(offered) if name == "token_budget" else offered[0]
         try:
             from autotune.space.sampling import to_config

@@ -176,7 +176,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         seq_len=settings.seq_len,
         warmup=settings.warmup,
         steps=settings.steps,
-        min_time_s=settings.min_time_s,
+        min_time_s=_min_time(settings.min_time_s, objective, device),
         seed=settings.seed,
         memory_limit_bytes=limit,
         global_batch_tokens=settings.global_batch_tokens,
@@ -226,6 +226,19 @@ def _objective(objective: str | None, device: DeviceInfo) -> str:
                 f"--objective tokens_per_joule needs an energy counter, and {device.name} has none: {meter.note}"
             )
     return objective
+
+
+def _min_time(min_time_s: float, objective: str, device: DeviceInfo) -> float:
+    """The timed window's least seconds: under tokens_per_joule, at least what the energy
+    counter resolves (5 s for NVML's; a shorter window has no energy figure)."""
+    if objective != "tokens_per_joule":
+        return min_time_s
+    from autotune.measure.energy import energy_meter
+
+    needed = energy_meter(device.kind, device.uuid).min_window_s
+    if min_time_s < needed:
+        log.info("--min-time %g s raised to %g s: the energy counter resolves no shorter window", min_time_s, needed)
+    return max(min_time_s, needed)
 
 
 def _check_global_batch(space, global_batch_tokens: int | None) -> None:

@@ -32,6 +32,13 @@ def small_sdpa(monkeypatch):
     monkeypatch.setattr(autotune.measure.doctor, "SDPA_SHAPE_CPU", (1, 2, 16, 8))
 
 
+@pytest.fixture
+def small_matmul(monkeypatch):
+    """The timed matmul behind the fake GPUs runs on this CPU: at the GPU's size (8192, bf16) that
+    is minutes. Its size is not what those tests are about."""
+    monkeypatch.setattr(autotune.measure.doctor, "MATMUL_SIZE", {"cuda": 64, "cpu": 64})
+
+
 def doctor(*args: str) -> tuple[int, dict | str]:
     result = CliRunner().invoke(main, ["doctor", *args])
     return result.exit_code, json.loads(result.stdout) if "--json" in args else result.stdout
@@ -40,7 +47,8 @@ def doctor(*args: str) -> tuple[int, dict | str]:
 def test_doctor_on_this_cpu_says_what_it_can(quick_compile):
     code, report = doctor("--json")
     assert code == 0 and report["ok"] and report["problems"] == []
-    assert report["versions"]["torch"] == torch.__version__ and report["versions"]["torch_cuda"] is None
+    assert report["versions"]["torch"] == torch.__version__
+    assert report["versions"]["torch_cuda"] == torch.version.cuda  # None on a CPU build, a CUDA build's own
     assert report["versions"]["driver"] is None  # no NVML on this machine
     assert report["device"]["kind"] == "cpu" and report["device"]["device"] == "cpu"
     assert report["memory"]["source"] == "rss"
@@ -48,6 +56,8 @@ def test_doctor_on_this_cpu_says_what_it_can(quick_compile):
         assert report["sdpa"][dtype]["math"] == "runs" and report["sdpa"][dtype]["flash"] == "runs"
         assert report["sdpa"][dtype]["cudnn"] == report["sdpa"][dtype]["efficient"] == "a CUDA kernel"
     assert report["peak_flops"] == {"by_dtype": None, "source": "a CPU: MFU is not reported"}
+    matmul = report["matmul"]  # timed here: float32 on a CPU
+    assert (matmul["dtype"], matmul["size"], matmul["detail"]) == ("float32", 512, None) and matmul["flops_per_sec"] > 0
 
 
 def test_doctor_text_is_a_short_account(quick_compile, small_sdpa):
@@ -56,10 +66,13 @@ def test_doctor_text_is_a_short_account(quick_compile, small_sdpa):
     assert "  torch                 " + torch.__version__ in text
     assert "  torch.compile         works" in text
     assert "  SDPA bfloat16         flash, math" in text
+    assert "  matmul float32        " in text and " TFLOP/s measured here (512x512)" in text
     assert text.rstrip().endswith("ok: this machine can run a study")
 
 
-def test_doctor_on_a_gpu_in_a_container(monkeypatch, small_sdpa):
+@pytest.mark.cuda_fakes
+def test_doctor_on_a_gpu_in_a_container(monkeypatch, small_sdpa, small_matmul):
+    monkeypatch.setattr(autotune.measure.doctor, "_triton_version", lambda: None)  # as on a CPU build
     machine = FakeMachine([FakeGpu(others_used=2 * 1024**3)], container=True)
     with fake_gpu_machine(monkeypatch, machine):
         code, report = doctor("--json")
@@ -70,12 +83,17 @@ def test_doctor_on_a_gpu_in_a_container(monkeypatch, small_sdpa):
     assert os.getpid() not in report["memory"]["nvml_pids"]
     assert report["memory"]["context_bytes"] == machine.context_bytes  # the other processes' 2 GiB are not ours
     assert report["peak_flops"]["by_dtype"]["bfloat16"] == 989e12 and "H200 datasheet" in report["peak_flops"]["source"]
-    # No triton on this machine: compile cannot work on CUDA, and that is a problem (exit 1).
+    # A bf16 matmul timed on the device, beside the datasheet's 989 and a real H200's 790 TFLOP/s.
+    matmul = report["matmul"]
+    assert matmul["dtype"] == "bfloat16" and matmul["flops_per_sec"] > 0
+    assert (matmul["datasheet_flops_per_sec"], matmul["measured_elsewhere_flops_per_sec"]) == (989e12, 790e12)
+    # No triton: compile cannot work on CUDA, and that is a problem (exit 1).
     assert report["compile"]["ok"] is False and "triton" in report["compile"]["detail"]
     assert code == 1 and any("every compiled trial would crash" in p for p in report["problems"])
 
 
-def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile, small_sdpa):
+@pytest.mark.cuda_fakes
+def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile, small_sdpa, small_matmul):
     mig = FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")
     with fake_gpu_machine(monkeypatch, FakeMachine([FakeGpu(migs=[mig])]), visible=mig.uuid):
         code, report = doctor("--json")
@@ -88,7 +106,8 @@ def test_doctor_on_a_mig_instance_on_the_host(monkeypatch, quick_compile, small_
     assert "  MIG                   a MIG instance" in text and "  container             no" in text
 
 
-def test_doctor_names_a_mig_gpu_handed_whole_as_the_problem(monkeypatch, quick_compile, small_sdpa):
+@pytest.mark.cuda_fakes
+def test_doctor_names_a_mig_gpu_handed_whole_as_the_problem(monkeypatch, quick_compile, small_sdpa, small_matmul):
     machine = FakeMachine([FakeGpu(migs=[FakeMig("MIG-aaaaaaaa-1111-5555-9999-000000000001")])])
     with fake_gpu_machine(monkeypatch, machine):
         code, report = doctor("--json")
@@ -111,3 +130,24 @@ def test_doctor_without_a_c_compiler_says_so_without_compiling(monkeypatch, smal
         "seconds": report["compile"]["seconds"],
     }
     assert compiled == []  # refused before anything compiled
+
+
+@pytest.mark.compile
+def test_the_compile_check_compiles_for_real_every_time(monkeypatch):
+    """A check that a cache answers proves nothing about the compiler: the tiny function's
+    random constant was a dynamo graph input (floats are not specialized), so its kernel was the
+    same in every run and inductor's caches, on disk and in the process, answered from the
+    second on, the C compiler never called. Each check's kernel is new now: it compiles."""
+    import torch._inductor.cpp_builder as cpp_builder
+
+    from autotune.device import describe
+    from autotune.measure.doctor import check_compile
+
+    builds: list[object] = []
+    real = cpp_builder.run_compile_cmd
+    monkeypatch.setattr(cpp_builder, "run_compile_cmd", lambda *a, **k: builds.append(a) or real(*a, **k))
+    for _ in range(2):
+        builds.clear()
+        check = check_compile("cpu", describe("cpu"))
+        assert check.ok, check.detail
+        assert builds, "the C compiler was not called: a cache answered"

@@ -5,15 +5,17 @@ CPU suite passes is then one that does not misuse the API."""
 from __future__ import annotations
 
 import inspect
+import os
 import time
 
 import pynvml
 import pytest
 import torch
 
-from tests.cuda_fakes import HOST_PID_OFFSET, FakeGpu, FakeMachine, FakeMig, fake_gpu_machine
+from tests.cuda_fakes import BAD_FORK, HOST_PID_OFFSET, FakeGpu, FakeMachine, FakeMig, fake_gpu_machine
 
 TWO = FakeMachine([FakeGpu(), FakeGpu(uuid="GPU-0a1b2c3d-0000-4000-8000-000000000002")])
+pytestmark = pytest.mark.cuda_fakes  # skipped where a real GPU is visible (conftest)
 
 
 def real_error(call) -> tuple[type, str]:
@@ -130,3 +132,43 @@ def test_nvml_goes_through_the_real_pynvml_wrappers_and_refuses_bad_handles(monk
             pynvml.nvmlDeviceGetTotalEnergyConsumption(mig)  # a MIG instance has no counter of its own
         with pytest.raises(pynvml.NVMLError_InvalidArgument):
             pynvml.nvmlDeviceGetTotalEnergyConsumption(pynvml.c_nvmlDevice_t())  # a NULL handle
+
+
+def in_a_fork(call) -> str:
+    """What `call` gives, or raises, in a child forked from this process now."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave at once, nothing of pytest's teardown
+        os.close(read)
+        try:
+            outcome = f"ok {call()}"
+        except BaseException as exc:  # noqa: BLE001 - what it raised is the answer
+            outcome = f"{type(exc).__name__}: {exc}"
+        os.write(write, outcome.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        outcome = f.read()
+    os.waitpid(pid, 0)
+    return outcome
+
+
+def test_a_fork_after_cuda_started_cannot_use_cuda_as_torch_refuses_it(monkeypatch):
+    """torch marks a child forked after CUDA started (an at-fork handler registered at its
+    initialization): its first CUDA call raises torch's own words, and is_initialized() is False
+    there. Forked before CUDA started, as trials are from the fork server, a child uses it."""
+    import torch.cuda
+
+    source = inspect.getsource(torch.cuda._lazy_init)  # the real one's message, in two literals
+    assert '"Cannot re-initialize CUDA in forked subprocess. To use CUDA with "' in source
+    assert "\"multiprocessing, you must use the 'spawn' start method\"" in source
+    expected = BAD_FORK
+    with fake_gpu_machine(monkeypatch) as cuda:
+        assert in_a_fork(lambda: torch.ones(1, device="cuda:0").sum().item()) == "ok 1.0"
+        assert not cuda.initialized  # the child's CUDA was its own
+        torch.cuda.set_device(0)
+        assert in_a_fork(lambda: torch.ones(1, device="cuda:0")).startswith(f"RuntimeError: {expected}")
+        assert in_a_fork(lambda: torch.cuda.set_device(0)).startswith(f"RuntimeError: {expected}")
+        assert in_a_fork(torch.cuda.is_initialized) == "ok False"
+        assert in_a_fork(lambda: torch.manual_seed(1) and "seeded") == "ok seeded"  # leaves CUDA alone
+        assert torch.cuda.is_initialized() and torch.ones(1, device="cuda:0").item() == 1.0  # the parent's is fine

@@ -16,6 +16,7 @@ MIG_B = FakeMig("MIG-bbbbbbbb-2222-6666-aaaa-000000000002", profile="3g.71gb", m
 MIG_MACHINE = FakeMachine([FakeGpu(migs=[MIG_A, MIG_B])])
 
 
+@pytest.mark.cuda_fakes
 @pytest.mark.parametrize("visible", [MIG_B.uuid, MIG_B.uuid[:12], f"MIG-{FakeGpu().uuid}/2/0"])
 def test_a_mig_instance_named_in_cuda_visible_devices_is_the_device(monkeypatch, visible):
     with fake_gpu_machine(monkeypatch, MIG_MACHINE, visible=visible):
@@ -30,6 +31,7 @@ GPU_B = "GPU-0b0b0b0b-0000-4000-8000-000000000002"
 PLAIN = FakeMachine([FakeGpu(), FakeGpu(uuid=GPU_B, name="NVIDIA L4", mig_capable=False)])
 
 
+@pytest.mark.cuda_fakes
 @pytest.mark.parametrize(
     "visible, expected",
     [
@@ -48,6 +50,7 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(monkeypatch, visible, exp
         assert [u.uuid for u in cuda.enumerate()] == expected  # the fake's CUDA agrees
 
 
+@pytest.mark.cuda_fakes
 def test_a_measurement_on_a_mig_instance(monkeypatch):
     with fake_gpu_machine(monkeypatch, MIG_MACHINE, visible=MIG_A.uuid) as cuda:
         m = measure(
@@ -61,6 +64,7 @@ def test_a_measurement_on_a_mig_instance(monkeypatch):
     assert m.mfu is None and m.mfu_at_context is None  # a slice's peak is not the card's
 
 
+@pytest.mark.cuda_fakes
 @pytest.mark.parametrize("visible", [None, "0"])
 def test_a_mig_gpu_handed_to_cuda_whole_is_refused_with_its_instances(monkeypatch, visible):
     with fake_gpu_machine(monkeypatch, MIG_MACHINE, visible=visible):
@@ -72,6 +76,7 @@ def test_a_mig_gpu_handed_to_cuda_whole_is_refused_with_its_instances(monkeypatc
     )
 
 
+@pytest.mark.cuda_fakes
 def test_two_mig_instances_in_one_process_are_refused(monkeypatch):
     with fake_gpu_machine(monkeypatch, MIG_MACHINE, visible=f"{MIG_A.uuid},{MIG_B.uuid}"):
         with pytest.raises(UsageError, match="names 2 MIG instances, and a CUDA process can use only one"):
@@ -85,6 +90,7 @@ def test_devices_refuses_mig_instances_with_what_to_do_instead():
         parse_devices("MIG-aaaa")
 
 
+@pytest.mark.cuda_fakes
 def test_the_memory_watch_in_a_container_subtracts_the_baseline(monkeypatch):
     """NVML's process list has host PIDs in a container: the device-level figure, less what
     was used before this process started CUDA, is this process's memory."""

@@ -37,6 +37,8 @@ def test_the_users_other_allocator_options_are_kept():
 @pytest.fixture
 def allocator_settings():
     """torch's process-wide allocator settings (readable on a CPU build too), restored after."""
+    if not hasattr(torch._C, "_accelerator_getAllocatorSettings"):
+        pytest.skip(f"torch {torch.__version__} cannot read the allocator's settings back (torch 2.9 has no getter)")
     saved = torch._C._accelerator_getAllocatorSettings()
     yield torch._C._accelerator_getAllocatorSettings
     torch._C._accelerator_setAllocatorSettings(saved or "expandable_segments:False")
@@ -49,3 +51,13 @@ def test_in_process_it_is_set_on_cuda_only(allocator_settings):
     assert allocator_settings() == "expandable_segments:False"
     apply_allocator_settings(ON, "cuda")
     assert allocator_settings() == "expandable_segments:True"
+
+
+def test_on_a_torch_without_the_device_neutral_setter_its_older_name_sets_it(monkeypatch):
+    """torch 2.9 has no torch._C._accelerator_setAllocatorSettings (every trial with expandable
+    segments crashed there): torch.cuda.memory._set_allocator_settings, its only setter."""
+    seen: list[str] = []
+    monkeypatch.delattr(torch._C, "_accelerator_setAllocatorSettings", raising=False)
+    monkeypatch.setattr(torch.cuda.memory, "_set_allocator_settings", seen.append)
+    apply_allocator_settings(ON, "cuda")
+    assert seen == ["expandable_segments:True"]

@@ -40,6 +40,11 @@ def test_cpu_rejects_document_masks_and_the_cuda_allocator():
         assert reason(ok, CPU) is None
 
 
+@pytest.mark.skipif(
+    torch.__version__ < (2, 13),
+    reason=f"torch {torch.__version__} runs FlexAttention unfused on CPU, backward included: the rule, made for "
+    "torch 2.13, is only conservative there",
+)
 def test_cpu_flex_attention_really_has_no_backward():
     """The CPU rule above is what torch 2.13 does; when it changes, this fails first."""
     from torch.nn.attention.flex_attention import flex_attention

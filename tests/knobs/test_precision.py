@@ -90,6 +90,7 @@ TF32_OFF = ("ieee", "highest", "ieee", "ieee")
 
 def test_tf32_is_set_inside_and_restored_after():
     saved_matmul = torch.get_float32_matmul_precision()
+    saved_legacy_cudnn = torch.backends.cudnn.allow_tf32
     saved_cudnn = {op: getattr(torch.backends.cudnn, op).fp32_precision for op in ("conv", "rnn")}
     try:
         set_tf32(False)
@@ -118,5 +119,6 @@ def test_tf32_is_set_inside_and_restored_after():
         assert torch.backends.cuda.matmul.fp32_precision == "tf32"
     finally:
         torch.set_float32_matmul_precision(saved_matmul)
+        torch.backends.cudnn.allow_tf32 = saved_legacy_cudnn
         for op, value in saved_cudnn.items():
             getattr(torch.backends.cudnn, op).fp32_precision = value

@@ -24,7 +24,7 @@ TURING = DeviceCapabilities(kind="cuda", compute_capability=(7, 5))
         ({"sdpa_backend": "cudnn"}, "sdpa_backend"),
         ({"pin_memory": True}, "pin_memory"),
         ({"amp_dtype": "tf32"}, "amp_dtype"),
-        ({"compile_mode": "reduce-overhead"}, "compile_mode"),
+        ({"compile_mode": "reduce-overhead", "batching": "packed"}, "compile_mode"),
     ],
 )
 def test_cpu_rejects_cuda_only_knobs(knobs, knob):
@@ -55,9 +55,8 @@ def test_cuda_flash_needs_half_precision():
     assert info.value.knob == "sdpa_backend" and "float32" in str(info.value)
     check_supported(TrainConfig(sdpa_backend="flash", amp_dtype="bfloat16"), HOPPER)
     check_supported(TrainConfig(sdpa_backend="efficient", amp_dtype="float32"), HOPPER)
-    check_supported(
-        TrainConfig(amp_dtype="tf32", compile_mode="reduce-overhead", pin_memory=True, num_workers=1), HOPPER
-    )
+    graphs = TrainConfig(amp_dtype="tf32", compile_mode="reduce-overhead", batching="packed")
+    check_supported(graphs.replace(pin_memory=True, num_workers=1), HOPPER)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "tf32"])

@@ -35,9 +35,11 @@ def tf32_now() -> bool:
 def restore_precision():
     """These tests change process-wide precision flags: put them back."""
     matmul = torch.get_float32_matmul_precision()
+    legacy_cudnn = torch.backends.cudnn.allow_tf32
     cudnn = {op: getattr(torch.backends.cudnn, op).fp32_precision for op in ("conv", "rnn")}
     yield
     torch.set_float32_matmul_precision(matmul)
+    torch.backends.cudnn.allow_tf32 = legacy_cudnn
     for op, value in cudnn.items():
         getattr(torch.backends.cudnn, op).fp32_precision = value
 
@@ -58,6 +60,7 @@ def precision_spy():
             handle.remove()
 
 
+@pytest.mark.cuda_fakes
 @pytest.mark.parametrize("amp_dtype, expected, before", [("tf32", True, False), ("float32", False, True)])
 def test_the_measuring_loop_sets_tf32_for_the_whole_step(monkeypatch, amp_dtype, expected, before):
     torch.set_float32_matmul_precision("high" if before else "highest")  # what the caller had
@@ -87,3 +90,26 @@ def test_a_tf32_recipe_keeps_tf32_in_the_users_backward_and_optimizer_step():
     assert seen == {"forward": {True}, "backward": {True}, "optimizer": {True}}
     assert torch.get_float32_matmul_precision() == "high"  # the API inductor reads, consistent with the new one
     assert torch.backends.cudnn.conv.fp32_precision == torch.backends.cudnn.rnn.fp32_precision == "tf32"
+
+
+@pytest.mark.parametrize("amp_dtype", ["float32", "tf32", "bfloat16"])
+def test_the_legacy_tf32_flags_stay_readable_while_and_after_the_knob_applies(amp_dtype):
+    """Inductor's convolution lowering reads the legacy `torch.backends.cudnn.allow_tf32`,
+    which raises ("a mix of the legacy and new APIs") when cuDNN's per-op flags and the legacy
+    one disagree: cuDNN conv set to "ieee" through the new API with the legacy flag left True
+    did that in every run but tf32 ones. Both APIs must say the same thing, and the caller's
+    settings come back."""
+    from autotune.knobs.precision import fp32_precision
+
+    torch.backends.cudnn.allow_tf32 = True  # torch's defaults: TF32 convolutions, IEEE matmuls
+    torch.set_float32_matmul_precision("highest")
+    tf32 = amp_dtype == "tf32"
+    with fp32_precision(amp_dtype):
+        assert torch.backends.cudnn.allow_tf32 is tf32
+        assert torch.backends.cudnn.conv.fp32_precision == torch.backends.cudnn.rnn.fp32_precision
+        assert (torch.backends.cudnn.conv.fp32_precision == "tf32") is tf32
+        assert torch.backends.cuda.matmul.allow_tf32 is tf32
+        assert torch.get_float32_matmul_precision() == ("high" if tf32 else "highest")
+    assert torch.backends.cudnn.allow_tf32 is True
+    assert torch.backends.cudnn.conv.fp32_precision == torch.backends.cudnn.rnn.fp32_precision == "tf32"
+    assert torch.get_float32_matmul_precision() == "highest" and torch.backends.cuda.matmul.allow_tf32 is False

@@ -158,3 +158,17 @@ def test_a_budget_that_does_not_divide_the_global_batch_is_unsupported():
     m = measure(tiny_spec(global_batch_tokens=3000), TrainConfig(token_budget=1024))
     assert m.outcome == outcomes.UNSUPPORTED
     assert "1024 does not divide the global batch of 3000" in m.reason
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_cuda_graph_modes_cannot_accumulate(mode):
+    """CUDA graphs replayed for each micro-batch overwrite the gradients accumulated in .grad
+    (pytorch#169545: "accessing tensor output of CUDAGraphs that has been overwritten"; wrong
+    gradients in #96693): refused with the reason wherever a run accumulates."""
+    cfg = TrainConfig(compile_mode=mode, batching="packed", token_budget=1024)
+    assert RunSpec(device="cuda:0").accumulation_steps(cfg) == 1  # one micro-batch a step: graphs are fine
+    with pytest.raises(UnsupportedConfig) as info:
+        RunSpec(device="cuda:0", global_batch_tokens=4096).accumulation_steps(cfg)
+    assert info.value.knob == "compile_mode" and "pytorch#169545" in str(info.value)
+    for other in ("default", "max-autotune-no-cudagraphs"):
+        assert RunSpec(global_batch_tokens=4096).accumulation_steps(cfg.replace(compile_mode=other)) == 4

@@ -22,6 +22,7 @@ SPEC = {"model": "gpt2-tiny", "steps": 2, "warmup": 0, "min_time_s": 0}
 CFG = TrainConfig(token_budget=256, batching="fixed")  # one batch shape: one warm-up step for it
 TINY_SPACE = Path(__file__).resolve().parents[1] / "spaces" / "tiny.yaml"
 SECOND = "GPU-0a1b2c3d-0000-4000-8000-000000000002"
+pytestmark = pytest.mark.cuda_fakes  # skipped where a real GPU is visible (conftest)
 
 
 @pytest.fixture
@@ -60,6 +61,21 @@ def test_auto_is_an_indexed_cuda_device_and_each_gpu_is_timed_on_its_own_stream(
     assert m.outcome == "ok", m.reason
     assert m.device["uuid"] == SECOND and gpus.current == 1
     assert set(gpus.work_devices) == set(gpus.event_devices) == {1}
+
+
+def test_mfu_against_the_datasheet_and_against_a_real_h200s_measured_matmul_peak(gpus):
+    """The datasheet's 989 TFLOP/s bf16 is not what an H200 reaches: a large matmul measured
+    790. Both figures, each labelled; the second only where a card of that kind was measured."""
+    from autotune.present.summaries import format_measurement
+
+    m = measure(RunSpec(device="cuda:0", **SPEC), CFG.replace(amp_dtype="bfloat16"))
+    assert m.outcome == "ok", m.reason
+    assert m.mfu > 0 and m.mfu_measured_peak == pytest.approx(m.mfu * 989 / 790)
+    assert "of the datasheet's peak" in format_measurement(m) and "of a large matmul's measured peak" in (
+        format_measurement(m)
+    )
+    fp32 = measure(RunSpec(device="cuda:0", **SPEC), CFG)  # float32: nobody measured an H200's
+    assert fp32.mfu > 0 and fp32.mfu_measured_peak is None
 
 
 def test_a_spec_without_an_index_is_measured_on_device_0(gpus):

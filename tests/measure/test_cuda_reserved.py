@@ -4,11 +4,14 @@ tensors), and the worst case it is judged on is NVML's, which holds the reserved
 
 from __future__ import annotations
 
+import pytest
+
 from autotune.config import RunSpec, TrainConfig
 from autotune.measure.loop import measure
 from tests.cuda_fakes import FakeCuda, FakeGpu, FakeMachine, GiB, fake_gpu_machine
 
 SPEC = {"model": "gpt2-tiny", "steps": 2, "warmup": 0, "min_time_s": 0}
+pytestmark = pytest.mark.cuda_fakes  # skipped where a real GPU is visible (conftest)
 
 
 def fragmented(reserved: int, live: int):

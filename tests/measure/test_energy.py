@@ -3,12 +3,21 @@ reason on MIG slices and GPUs without the counter, and RAPL from a fake sysfs tr
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from autotune.config import RunSpec, TrainConfig
-from autotune.measure.energy import NVML_DEVICE, RAPL_PACKAGE, energy_meter, rapl_meter, wrapped_delta
+from autotune.measure.energy import (
+    NVML_DEVICE,
+    NVML_MIN_WINDOW_S,
+    RAPL_PACKAGE,
+    NvmlEnergyMeter,
+    energy_meter,
+    rapl_meter,
+    wrapped_delta,
+)
 from autotune.measure.loop import measure
 from tests.cuda_fakes import FakeGpu, FakeMachine, FakeMig, FakeNvmlLib, fake_gpu_machine
 
@@ -17,6 +26,7 @@ CFG = TrainConfig(token_budget=256, batching="fixed")
 MIG = "MIG-aaaaaaaa-1111-5555-9999-000000000001"
 
 
+@pytest.mark.cuda_fakes
 def test_the_gpu_counter_is_read_after_the_synchronizes_that_bracket_the_window(monkeypatch):
     """Joules per token = the counter's mJ over the window / 1000 / effective tokens: at the
     fake GPU's 700 W, joules/token x tokens/s is 700 W (a mJ-for-J mistake reads 700,000). Each
@@ -29,6 +39,7 @@ def test_the_gpu_counter_is_read_after_the_synchronizes_that_bracket_the_window(
         return read(self, handle, out)
 
     monkeypatch.setattr(FakeNvmlLib, "_nvmlDeviceGetTotalEnergyConsumption", logged_read)
+    monkeypatch.setattr(NvmlEnergyMeter, "min_window_s", 0.0)  # the fake counter resolves any window
     with fake_gpu_machine(monkeypatch, FakeMachine([FakeGpu(power_w=700.0)])) as cuda:
         cuda.on_sync.append(lambda _cuda, _index: log.append("sync"))
         m = measure(RunSpec(device="cuda:0", **SPEC), CFG)
@@ -42,6 +53,7 @@ def test_the_gpu_counter_is_read_after_the_synchronizes_that_bracket_the_window(
     assert "sync" in log[window_reads[0] + 1 : window_reads[1]]  # the window closes with its own synchronize
 
 
+@pytest.mark.cuda_fakes
 @pytest.mark.parametrize(
     ("machine", "visible", "why"),
     [
@@ -60,6 +72,31 @@ def test_no_energy_figure_on_a_mig_slice_or_without_the_counter_and_the_reason_s
     assert m.outcome == "ok", m.reason
     assert (m.energy_joules, m.joules_per_token, m.energy_source) == (None, None, None)
     assert why in m.energy_note
+
+
+@pytest.mark.cuda_fakes
+def test_a_window_shorter_than_the_counter_resolves_has_no_energy_figure_and_says_so(monkeypatch):
+    """NVML's counter is updated every 10-100 ms: read at both ends of a window of a fraction of
+    a second (2 steps here; a default window lasts 2 s), its error is tens of percent. No figure
+    from a window under 5 s, and the note says how to get one."""
+    with fake_gpu_machine(monkeypatch, FakeMachine([FakeGpu(power_w=700.0)])):
+        m = measure(RunSpec(device="cuda:0", **SPEC), CFG)
+    assert m.outcome == "ok", m.reason
+    assert (m.energy_joules, m.joules_per_token, m.energy_source) == (None, None, None)
+    assert m.energy_note.startswith("the timed window lasted ") and f"--min-time {NVML_MIN_WINDOW_S:g}" in m.energy_note
+
+
+def test_tokens_per_joule_times_every_window_as_long_as_the_counter_needs():
+    from autotune.device import describe
+    from autotune.search.run import _min_time
+
+    cpu = describe("cpu")  # RAPL, or no counter (a refusal before this, in a search)
+    assert _min_time(2.0, "tokens_per_sec", cpu) == 2.0
+    gpu = dataclasses.replace(cpu, kind="cuda", uuid="GPU-x")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("autotune.measure.energy.energy_meter", lambda kind, uuid: NvmlEnergyMeter(None, None))
+        assert _min_time(2.0, "tokens_per_joule", gpu) == NVML_MIN_WINDOW_S
+        assert _min_time(9.0, "tokens_per_joule", gpu) == 9.0
 
 
 # --- RAPL ---------------------------------------------------------------------------------------

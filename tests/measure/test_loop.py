@@ -37,7 +37,7 @@ def small_corpus(on_load=None):
     distribution; packed mode materializes its stream, which at the default size costs
     seconds), calling `on_load()` before each item is loaded (a sleep, a note of the loader)."""
 
-    def make(data, *, vocab_size, seq_len, seed):
+    def make(data, *, vocab_size, seq_len, seed, min_tokens=None):  # small, whatever the run asks
         inner = make_dataset("synthetic", vocab_size=vocab_size, seq_len=seq_len, seed=seed, min_tokens=seq_len * 512)
         return inner if on_load is None else HookedDataset(inner, on_load)
 

@@ -46,7 +46,7 @@ def test_dataloader_workers_count_in_the_peak(monkeypatch):
     parent = os.getpid()
     monkeypatch.setattr(
         "autotune.measure.setup.make_dataset",
-        lambda data, *, vocab_size, seq_len, seed: HoardingDataset(
+        lambda data, *, vocab_size, seq_len, seed, min_tokens=None: HoardingDataset(
             make_dataset("synthetic", vocab_size=vocab_size, seq_len=seq_len, seed=seed, min_tokens=seq_len * 512),
             parent,
         ),
@@ -63,7 +63,10 @@ def test_dataloader_workers_count_in_the_peak(monkeypatch):
     m = measure(
         RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=4, min_time_s=0, memory_limit_bytes=limit), cfg
     )
-    assert m.peak_memory_bytes >= own + 2 * HOARD * 0.9, (m.peak_memory_bytes, own)
+    # Both workers' buffers count: more than one buffer's worth above what this process held. (Not
+    # 2 x HOARD less 10 %: this process's own figure moves by more than that while the workers hoard,
+    # e.g. 70 MiB down on torch 2.9.1's CUDA build, RSS 0.9 GiB, in a pytest-xdist worker.)
+    assert m.peak_memory_bytes >= own + 1.5 * HOARD, (m.peak_memory_bytes, own)
     assert m.outcome == outcomes.OVER_MEMORY_LIMIT, m.reason
     assert m.host_peak_memory_bytes == m.peak_memory_bytes
 

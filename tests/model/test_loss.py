@@ -74,6 +74,39 @@ def test_chunked_under_bfloat16_autocast_matches_standard():
         assert (got - want).norm() / want.norm() < 1e-2
 
 
+def fp16_scaled_grads(fn, hidden, weight, labels, scale: float = 65536.0):
+    """Gradients as a float16 step makes them: autocast, the loss times a GradScaler's scale
+    (its initial 2**16), then unscaled, as GradScaler.unscale_ does."""
+    h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = fn(h, w, labels)
+    (loss * scale).backward()
+    return h.grad / scale, w.grad / scale
+
+
+def test_chunked_under_float16_autocast_and_loss_scaling_matches_standard():
+    """A logit's gradient is (p - onehot) / n_valid. Made in float16 before the loss scale
+    applies, every p / n under 2**-25 flushed to zero: at GPT-2's 50304 tokens and 8k-131k
+    tokens a step that is every non-target entry (p ~ 2e-5), so the head learnt from the
+    targets alone. Here in small: half the vocabulary is never a target and, with logits 9
+    below the rest, gets p ~ 4e-6 at 1024 tokens; those rows learn only through p / n ~ 4e-9.
+    Standard keeps them (the scale reaches its float16 gradient first); chunked must too."""
+    g = torch.Generator().manual_seed(0)
+    tokens, width, vocab = 1024, 16, 64
+    hidden = torch.randn(tokens, width, generator=g)
+    hidden[:, 0] = 1.0  # a feature every token has
+    weight = 0.1 * torch.randn(vocab, width, generator=g)
+    weight[vocab // 2 :, 0] = -9.0  # the unlikely rows
+    labels = torch.randint(0, vocab // 2, (tokens,), generator=g)
+    gh, gw = fp16_scaled_grads(standard_linear_cross_entropy, hidden, weight, labels)
+    c_gh, c_gw = fp16_scaled_grads(chunked(chunks=4), hidden, weight, labels)
+    untargeted = gw[vocab // 2 :]
+    assert untargeted.abs().min() > 0  # standard: every row learns
+    assert (c_gw[vocab // 2 :] - untargeted).norm() / untargeted.norm() < 2e-2  # chunked: the same
+    for got, want in ((c_gh, gh), (c_gw, gw)):
+        assert (got - want).norm() / want.norm() < 1e-2
+
+
 class LargestTensor(TorchDispatchMode):
     """The most elements of any tensor an operator produced, forward and backward."""
 

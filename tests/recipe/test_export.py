@@ -79,7 +79,7 @@ def test_hf_tuned_recipe():
     text = render(recipe, "hf")
     assert assigned_dict(text, "training_args") == hf.training_arguments(recipe)
     assert "# - The recipe checkpoints blocks [0, 1, 5] of 12 only; TrainingArguments checkpoints every block" in text
-    assert '# - The recipe compiles each block (block.compile(mode="max-autotune")); Trainer' in text
+    assert '# - The recipe compiles each block (block.compile(mode="max-autotune-no-cudagraphs")); Trainer' in text
     assert "recipe.apply_to_model(model) and hf.training_arguments(recipe, model_applied=True)" in text
     assert 'attn_implementation="sdpa"' in text
     assert "#     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):\n#         trainer.train()\n" in text
@@ -115,7 +115,7 @@ def test_lightning_tuned_recipe():
     assert assigned_dict(text, "trainer_kwargs") == lightning.trainer_kwargs(recipe)
     assert assigned_dict(text, "dataloader_kwargs") == lightning.dataloader_kwargs(recipe)
     assert "# - The recipe checkpoints blocks [0, 1, 5] of 12 (torch.utils.checkpoint.checkpoint" in text
-    assert 'then compiles each block (block.compile(mode="max-autotune"))' in text
+    assert 'then compiles each block (block.compile(mode="max-autotune-no-cudagraphs"))' in text
     assert "call recipe.apply_to_model(self.model) in LightningModule.configure_model" in text
     assert "#     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):\n#         trainer.fit(...)\n" in text
     assert "set_float32_matmul_precision" not in text

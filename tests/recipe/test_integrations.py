@@ -78,7 +78,7 @@ def test_a_tuned_recipe_in_the_installed_transformers_names():
         "fp16": False,
         "dataloader_prefetch_factor": 2,
         "torch_compile": True,
-        "torch_compile_mode": "max-autotune",
+        "torch_compile_mode": "max-autotune-no-cudagraphs",
         **(
             {
                 "activation_checkpointing": True,  # 5.x; gradient_checkpointing is its deprecated alias

@@ -82,6 +82,28 @@ def test_recipe_from_other_hardware_warns_once(tmp_path):
     assert not [w for w in caught if issubclass(w.category, RecipeEnvironmentWarning)]
 
 
+def test_a_recipe_made_here_from_a_pypi_cuda_wheel_is_not_from_elsewhere(tmp_path, monkeypatch):
+    """PyPI's CUDA wheels say "2.9.1" in their metadata (what a recipe records, read without
+    importing torch) while torch.__version__ says "2.9.1+cu128": compared with the latter, a
+    recipe made here warned that it came from elsewhere. Another release, or another build of
+    this one, still warns."""
+    import importlib.metadata
+
+    import torch
+
+    public = torch.__version__.split("+")[0]
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(torch, "__version__", f"{public}+cu128")
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: public if name == "torch" else real_version(name))
+    recipe = cpu_recipe()
+    assert recipe.software["torch"] == public
+    assert recipe.differences_from_here() == []
+    assert Recipe.load(recipe.save(tmp_path / "here.json")).software["torch"] == public
+    for other in ("2.4.0", f"{public}+cu126"):
+        recipe.software = {**recipe.software, "torch": other}
+        assert recipe.differences_from_here() == [f"torch {other} there, {public} here"]
+
+
 def test_recipe_round_trip(tmp_path):
     recipe = Recipe(
         config=TrainConfig(

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
+from autotune.errors import UsageError
 from autotune.measure import outcomes
 from autotune.study.storage import load_study
 from tests.attack_helpers import FAST, fake_trials
@@ -115,6 +116,51 @@ def test_bench_accumulates_to_the_global_batch():
     refused = CliRunner().invoke(main, [*args, "--global-batch-tokens", "3000", "--set", "token_budget=1024"])
     assert refused.exit_code == 2
     assert "--global-batch-tokens: token_budget: 1024 does not divide the global batch of 3000" in refused.stderr
+
+
+def test_bench_refuses_cuda_graphs_with_accumulation_and_with_padded_batches_as_the_space_does():
+    """The rules are the registry's: a compile mode that replays CUDA graphs neither accumulates
+    (run_rule) nor takes padded batches, one graph per width (requires); the space agrees."""
+    from autotune.config import TrainConfig
+    from autotune.space.file import default_space_path, load_space
+
+    args = ["bench", "--model", "gpt2-tiny", "--device", "cpu", "--steps", "2"]
+    packed = ["--set", "batching=packed", "--set", "token_budget=1024"]
+    refused = CliRunner().invoke(
+        main, [*args, *packed, "--set", "compile_mode=max-autotune", "--global-batch-tokens", "4096"]
+    )
+    assert refused.exit_code == 2 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("Error: --global-batch-tokens: compile_mode: max-autotune replays CUDA graphs")
+    padded = CliRunner().invoke(main, [*args, "--set", "compile_mode=reduce-overhead"])  # batching: padded
+    assert padded.exit_code == 2 and padded.stderr.count("\n") == 1
+    assert "compile_mode=reduce-overhead replays CUDA graphs, recorded for one batch shape each" in padded.stderr
+    space = load_space(default_space_path("cuda"), n_layer=12, seq_len=1024)
+    graphs = TrainConfig(amp_dtype="bfloat16", batching="packed", compile_mode="reduce-overhead")
+    assert space.violation(graphs) is None
+    with pytest.raises(UsageError):
+        graphs.replace(batching="padded")
+
+
+def test_search_prunes_cuda_graphs_with_accumulation_without_a_process(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    space = tmp_path / "graphs.yaml"
+    space.write_text(
+        "version: 1\nfixed: {batching: packed}\ndimensions:\n  token_budget: {choices: [1024]}\n"
+        "  compile_mode: {choices: [none, max-autotune]}\n"
+    )
+    calls: list = []
+    fake_trials(monkeypatch, calls=calls)
+    args = [*FAST, "--space", str(space), "--global-batch-tokens", "2048", "--no-references"]
+    result = CliRunner().invoke(main, ["search", *args, "--n-trials", "2"])
+    assert result.exit_code == 0, result.output
+    assert calls and all(cfg.compile_mode == "none" for _, cfg in calls)  # never proposed
+    load_study(STUDY, None).enqueue_trial({"token_budget": 1024, "compile_mode": "max-autotune"})
+    ran = len(calls)
+    assert CliRunner().invoke(main, ["search", *args, "--n-trials", "1"]).exit_code == 0
+    pruned = load_study(STUDY, None).trials[-1]
+    assert len(calls) == ran  # no process
+    assert pruned.state == optuna.trial.TrialState.PRUNED and pruned.user_attrs["outcome"] == outcomes.UNSUPPORTED
+    assert pruned.user_attrs["reason"].startswith("compile_mode: max-autotune replays CUDA graphs")
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "lots"])

@@ -100,3 +100,27 @@ def test_an_hf_models_trials_fork_from_a_server_that_imported_transformers(monke
             runner.run_child(["--probe"], request, timeout_s=5)
     assert asked == [fork_server.HF_PRELOAD, fork_server.HF_PRELOAD, []]
     assert "transformers" in fork_server.HF_PRELOAD
+
+
+@pytest.mark.cuda_fakes
+def test_a_trial_forked_from_the_server_measures_on_a_fake_gpu(tmp_path):
+    """The fork server under the strict fakes (tests/cuda_fakes.py, installed in every interpreter
+    by a sitecustomize, the server's included), which refuse CUDA in a process forked after its
+    parent started CUDA, as torch does: the server never starts CUDA, so its trials (and their
+    DataLoader workers, forked after the trial's CUDA started, which must not touch it) measure."""
+    from tests.cuda_fakes import FakeMachine, child_env
+
+    tuner = (
+        "import json, os; from autotune.config import RunSpec, TrainConfig;"
+        "from autotune.device.memory import read_stat; from autotune.trial.runner import run_trial; parents = [];"
+        "r = run_trial(RunSpec(model='gpt2-tiny', device='cuda:0', warmup=0, steps=2, min_time_s=0),"
+        " TrainConfig(token_budget=256, batching='fixed', num_workers=1), timeout_s=240,"
+        " on_start=lambda pid: parents.append(read_stat(pid).ppid));"
+        "print(json.dumps([r.outcome, r.reason, r.measurement and r.measurement.device['name'], parents, os.getpid()]))"
+    )
+    env = child_env(FakeMachine(), tmp_path, AUTOTUNE_TRIAL_START="fork")
+    proc = subprocess.run([sys.executable, "-c", tuner], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outcome, reason, device, parents, tuner_pid = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (outcome, reason, device) == ("ok", None, "NVIDIA H200")
+    assert parents and parents[0] != tuner_pid  # forked from the server, not started by the tuner
