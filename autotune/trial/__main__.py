@@ -1,6 +1,7 @@
 """The trial process: `python -m autotune.trial MODE REQUEST RESULT PARENT_PID`.
 
     --measure   run one measurement and write it (a search trial, `verify`, the confirmation run)
+    --generate  run one generation measurement and write it (a generation trial, its `verify`)
     --soak      run a recipe's configuration for an epoch or N steps, in windows (`verify --soak`)
     --probe     build the model and, for a file, the dataset, and write what the tuner needs of
                 them (context length, depth, vocabulary): a user's factory runs here, under a
@@ -33,6 +34,8 @@ def main(argv: list[str]) -> int:
         payload = _probe(request)
     elif mode == "--soak":
         payload = _soak(request)
+    elif mode == "--generate":
+        payload = _generate(request, started)
     else:
         payload = _measure(request, started)
     tmp = result_path + ".tmp"
@@ -59,6 +62,26 @@ def _measure(request: dict[str, Any], started: float) -> dict[str, Any]:
     except AutotuneError as exc:  # bad input reaching a trial: record it, don't crash
         result = Measurement.failed(cfg.to_dict(), *outcomes.bad_input_in_trial(exc))
     result.phase_s["process_start"] = ready - started  # interpreter + imports, seen from inside
+    return {"measurement": result.to_dict(), "started_at": started, "ready_at": ready}
+
+
+def _generate(request: dict[str, Any], started: float) -> dict[str, Any]:
+    from autotune.config import GenerateConfig, GenerateSpec
+    from autotune.device import DeviceInfo
+    from autotune.errors import AutotuneError
+    from autotune.measure import outcomes
+    from autotune.measure.generation import measure_generation
+    from autotune.measure.measurement import Measurement
+
+    ready = time.time()
+    spec = GenerateSpec.from_dict(request["spec"])
+    cfg = GenerateConfig.from_dict(request["config"])
+    info = DeviceInfo.from_dict(request["device"]) if request.get("device") else None
+    try:
+        result = measure_generation(spec, cfg, info)
+    except AutotuneError as exc:  # bad input reaching a trial: record it, don't crash
+        result = Measurement.failed(cfg.to_dict(), *outcomes.bad_input_in_trial(exc))
+    result.phase_s["process_start"] = ready - started
     return {"measurement": result.to_dict(), "started_at": started, "ready_at": ready}
 
 
