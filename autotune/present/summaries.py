@@ -8,6 +8,7 @@ from typing import Any
 
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
+from autotune.present.generation import front_json, front_text, generation_best_table, is_generation
 from autotune.present.text import (
     config_summary,
     counts_text,
@@ -130,6 +131,8 @@ def trial_line(trial: TrialRecord) -> str:
 
 def best_table(summary) -> str:
     best = summary.best
+    if best.measurement is not None and best.measurement.generation is not None:
+        return generation_best_table(summary)
     m = best.measurement or Measurement.failed({}, outcomes.OK, None)
     rows = [(k, v if not isinstance(v, list) else ",".join(map(str, v)) or "-") for k, v in (best.config or {}).items()]
     rate = rate_with_interval(best.figure, m.tokens_per_sec_ci95)
@@ -170,7 +173,8 @@ def search_summary(result) -> str:
         f"study {printable(summary.name)}: {len(summary.trials)} trials ({counts_text(summary.counts)}); "
         f"memory limit {format_bytes(result.context.memory_limit_bytes)}"
     ]
-    for name, ref in (("baseline", summary.baseline), ("checklist", summary.checklist)):
+    generation = is_generation(summary)
+    for name, ref in (("baseline", summary.baseline), ("cure" if generation else "checklist", summary.checklist)):
         if ref is not None:
             rate = flag_unstable(format_rate(ref.figure), ref.unstable)
             lines.append(f"{name:<10} #{ref.number}: {rate} tok/s ({ref.outcome})")
@@ -188,6 +192,8 @@ def search_summary(result) -> str:
         lines.append(f"stopped: {stopped.text}")
     if summary.best is not None:
         lines += ["", best_table(summary)]
+        if generation:
+            lines += ["", front_text(summary.trials)]
         if summary.best.unstable:
             lines.append(
                 f"\nthe best, #{summary.best.number}, was measured UNSTABLE (its step times varied): "
@@ -257,6 +263,7 @@ def summary_json(result) -> dict[str, Any]:
         "skipped_predicted_over_limit": s.counts.get(outcomes.PREDICTED_OVER_LIMIT, 0),
         "stages": getattr(result, "stages", None),
         "stopped": result.stopped.to_dict() if getattr(result, "stopped", None) is not None else None,
+        **({"task": "generate", "front": front_json(s.trials)} if is_generation(s) else {}),
     }
 
 

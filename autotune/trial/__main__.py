@@ -2,6 +2,7 @@
 
     --measure   run one measurement and write it (a search trial, `verify`, the confirmation run)
     --generate  run one generation measurement and write it (a generation trial, its `verify`)
+    --prompts   read a prompts file's token lengths (`data.prompts`; the tokenizers import torch)
     --soak      run a recipe's configuration for an epoch or N steps, in windows (`verify --soak`)
     --probe     build the model and, for a file, the dataset, and write what the tuner needs of
                 them (context length, depth, vocabulary): a user's factory runs here, under a
@@ -36,6 +37,8 @@ def main(argv: list[str]) -> int:
         payload = _soak(request)
     elif mode == "--generate":
         payload = _generate(request, started)
+    elif mode == "--prompts":
+        payload = _prompts(request)
     else:
         payload = _measure(request, started)
     tmp = result_path + ".tmp"
@@ -83,6 +86,16 @@ def _generate(request: dict[str, Any], started: float) -> dict[str, Any]:
         result = Measurement.failed(cfg.to_dict(), *outcomes.bad_input_in_trial(exc))
     result.phase_s["process_start"] = ready - started
     return {"measurement": result.to_dict(), "started_at": started, "ready_at": ready}
+
+
+def _prompts(request: dict[str, Any]) -> dict[str, Any]:
+    from autotune.data.prompts import prompt_lengths
+    from autotune.errors import UsageError
+
+    try:
+        return {"lengths": list(prompt_lengths(request["path"], vocab_size=request["vocab_size"]))}
+    except UsageError as exc:
+        return {"error": str(exc)}
 
 
 def _soak(request: dict[str, Any]) -> dict[str, Any]:

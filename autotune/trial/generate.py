@@ -50,3 +50,16 @@ def model_facts(model: str, *, timeout_s: float, host_limit_bytes: int | None) -
 
     probed = probe(model, timeout_s=timeout_s, host_limit_bytes=host_limit_bytes)
     return probed.vocab_size, probed.context_length, is_hf_name(model)
+
+
+def prompt_lengths_in_child(path: str, *, vocab_size: int, timeout_s: float) -> tuple[int, ...]:
+    """A prompts file's token lengths (`data.prompts`), read in a child process: the tokenizers'
+    package imports torch, which the tuner does not. UsageError (one line) for a bad file."""
+    request = {"path": str(path), "vocab_size": vocab_size}
+    child = run_child(["--prompts"], request, timeout_s=timeout_s)
+    payload = child.payload or {}
+    if "lengths" in payload:
+        return tuple(payload["lengths"])
+    raise UsageError(
+        payload.get("error") or f"--prompts {path}: reading it failed ({child.stderr_tail.strip()[-200:]})"
+    )
