@@ -298,6 +298,12 @@ def run_generate_search(settings: SearchSettings, reporter: Any = None) -> Searc
 # --- the trials ---------------------------------------------------------------------------------
 
 
+def _proposer(trial: optuna.Trial) -> str:
+    """What proposed a sampled trial: TPE's random start (its first trials), then TPE's model."""
+    sampled = [t for t in trial.study.get_trials(deepcopy=False) if REFERENCE_ATTR not in t.user_attrs]
+    return "random_start" if len(sampled) <= STARTUP_TRIALS else "tpe"
+
+
 class GenerationObjective(Objective):
     """A generation trial: its configuration (a reference's, or TPE's), refused at no cost when it
     cannot run here, else run in its own process and recorded with its constraints."""
@@ -316,6 +322,7 @@ class GenerationObjective(Objective):
                 trial.set_user_attr("reference_notes", notes)
         else:
             cfg = self.ctx.space.suggest(trial)
+            trial.set_user_attr(record.PROPOSED_BY, _proposer(trial))
         trial.set_user_attr(record.CONFIG, cfg.to_dict())
         trial.set_user_attr(record.HOST, socket.gethostname())
         trial.set_user_attr(record.TUNER_PID, os.getpid())

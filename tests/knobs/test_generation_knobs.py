@@ -179,3 +179,44 @@ def test_every_generation_knob_says_where_it_takes_effect_and_that_place_exists(
     for knob in registry.knobs_of(registry.GENERATE):
         assert callable(registry.resolve(knob.applied)), knob.name
         assert knob.apply is None, knob.name  # not the training model stage
+
+
+def test_a_transformers_models_cache_and_compile_are_generates_own(monkeypatch):
+    """kv_cache=static gives generate's forward a StaticCache; decode_compile=MODE has generate
+    compile its decode forward with MODE (its get_compiled_call, spied: no inductor here; on a CPU
+    only because the config says `_compile_all_devices`); decode_compile=none compiles nothing."""
+    from transformers import StaticCache
+
+    from autotune.knobs.hf_generation import HfGenerator
+
+    torch.manual_seed(0)
+    model = build_model("hf:gpt2-tiny").eval()
+    caches: list[type] = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: caches.append(type(kwargs.get("cache") or kwargs.get("past_key_values"))),
+        with_kwargs=True,
+    )
+    compiled: list[str] = []
+
+    def spy(compile_config):
+        compiled.append(compile_config.mode)
+        return model.__call__
+
+    monkeypatch.setattr(model, "get_compiled_call", spy)
+    HfGenerator(model, GenerateConfig(kv_cache="static", decode_compile="default")).generate(prompts(), 3)
+    assert set(caches) == {StaticCache} and compiled == ["default"]
+    caches.clear(), compiled.clear()
+    HfGenerator(model, GenerateConfig(kv_cache="static")).generate(prompts(), 3)
+    assert set(caches) == {StaticCache} and compiled == []
+    caches.clear()
+    HfGenerator(model, GenerateConfig()).generate(prompts(), 3)
+    assert StaticCache not in caches
+
+
+def test_the_readme_generation_knob_table_is_the_registrys():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    start, end = text.index("<!-- generate-knobs:start -->\n"), text.index("<!-- generate-knobs:end -->")
+    table = text[start + len("<!-- generate-knobs:start -->\n") : end].strip()
+    assert table == registry.markdown_table(registry.GENERATE)
