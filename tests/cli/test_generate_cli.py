@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
-from tests.helpers import run_autotune
+from tests.helpers import recorded_imports, recording_imports, run_autotune
 
 QUICK = ["--model", "gpt2-tiny", "--device", "cpu", "--prompt-len", "8", "--new-tokens", "4"]
 TIMED = ["--steps", "2", "--warmup", "0", "--min-time", "0"]
@@ -49,11 +49,18 @@ def test_search_generate_then_verify_and_export_through_the_cli(tmp_path):
     prompts.write_text("short one\na somewhat longer prompt\n")
     workload = ["--model", "gpt2-tiny", "--device", "cpu", "--prompts", str(prompts), "--new-tokens", "4"]
     quick = ["--n-trials", "2", "--no-references", "--no-confirm", "--fix", "decode_compile=none", *TIMED]
-    searched = run_autotune("search", "--task", "generate", *workload, *quick, "--json", cwd=tmp_path)
+    imports = tmp_path / "imports"
+    imports.mkdir()
+    searched = run_autotune(
+        "search", "--task", "generate", *workload, *quick, "--json", cwd=tmp_path, env=recording_imports(imports)
+    )
     assert searched.returncode == 0, searched.stderr
     summary = json.loads(searched.stdout)
     assert summary["study"] == "gpt2-tiny-generate-cpu" and summary["task"] == "generate"
     assert summary["front"] and summary["best"]["measurement"]["generation"]["agreement"]["agreed_min"] == 4
+    # The tuner imports no torch (its trials and the prompts' reader do, in their own processes).
+    tuners = [r for r in recorded_imports(imports) if r["argv"][1:2] == ["search"]]
+    assert len(tuners) == 1 and tuners[0]["torch"] is False, tuners
     recipe = tmp_path / "recipes" / "gpt2-tiny-generate-cpu.json"
     assert json.loads(recipe.read_text())["workload"]["prompt_lens"] == [9, 24]  # the file's, in bytes
     verified = run_autotune("verify", str(recipe), "--tolerance", "0.95", *TIMED, "--json", cwd=tmp_path)

@@ -52,3 +52,26 @@ def test_mark_is_called_before_prefill_after_it_and_after_every_decode_step(mode
         left_pad([prompts[0]]), NEW_TOKENS, lambda: marks.append(1)
     )
     assert len(marks) == NEW_TOKENS + 1  # one timestamp between each pair: TTFT, then one per token
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_a_pad_never_reaches_a_real_token(model, prompts, cache):
+    """The logits of a left-padded prompt are those of the prompt alone, after prefill and after a
+    decode step (the greedy tokens alone could hide a small leak: random weights make wide margins)."""
+    logits: list[torch.Tensor] = []
+    real = model.lm_head.forward
+
+    def spy(x):
+        out = real(x)
+        logits.append(out)
+        return out
+
+    model.lm_head.forward = spy
+    try:
+        for batch in (left_pad([prompts[0], prompts[2]], 16), left_pad([prompts[0]])):
+            GreedyDecoder(model, cache_kind=cache, batch=batch.ids.shape[0], max_len=16 + 2).generate(batch, 2)
+    finally:
+        del model.lm_head.forward
+    padded, alone = logits[:2], logits[2:]
+    for step in range(2):
+        torch.testing.assert_close(padded[step][0], alone[step][0], rtol=0, atol=1e-5)
