@@ -118,25 +118,13 @@ def bench(
     prefill_sdpa, decode_sdpa, dtype, batch_size, prompt_bucket.
     """
     if generation["task"] == "generate":
-        trained = {"--batching": batching, "--data": data != "synthetic" or None, "--seq-len": seq_len}
-        given = [flag for flag, value in {**trained, "--global-batch-tokens": global_batch_tokens}.items() if value]
-        if given:
-            from autotune.errors import UsageError
-
-            raise UsageError(f"{given[0]} is an option of --task train (the default)")
+        trained = {"--batching": batching, "--data": data != "synthetic", "--seq-len": seq_len}
+        _refuse_given({**trained, "--global-batch-tokens": global_batch_tokens}, "--task train (the default)")
         _bench_generation(model, device, warmup, steps, min_time, seed, assignments, memory_limit, as_json, generation)
         return
-    flags = {
-        "prompt_len": "--prompt-len",
-        "prompts": "--prompts",
-        "new_tokens": "--new-tokens",
-        "agree_tokens": "--agree-tokens",
-    }
-    given = [flag for name, flag in flags.items() if generation[name] is not None]
-    if given:
-        from autotune.errors import UsageError
-
-        raise UsageError(f"{given[0]} is an option of --task generate")
+    flags = {"prompt_len": "--prompt-len", "prompts": "--prompts", "new_tokens": "--new-tokens"}
+    flags["agree_tokens"] = "--agree-tokens"
+    _refuse_given({flag: generation[name] is not None for name, flag in flags.items()}, "--task generate")
     from autotune.config import TrainConfig, accumulation_steps, check_runnable_here, parse_assignments
     from autotune.errors import UnsupportedConfig, UsageError
     from autotune.measure import outcomes
@@ -162,6 +150,15 @@ def bench(
     sys.exit(0 if result.outcome == outcomes.OK else 1)
 
 
+def _refuse_given(given: dict[str, object], task: str) -> None:
+    """UsageError for the first option given (a truthy value) that belongs to `task`."""
+    flags = [flag for flag, value in given.items() if value]
+    if flags:
+        from autotune.errors import UsageError
+
+        raise UsageError(f"{flags[0]} is an option of {task}")
+
+
 def _bench_generation(
     model, device, warmup, steps, min_time, seed, assignments, memory_limit, as_json, options
 ) -> None:
@@ -171,28 +168,31 @@ def _bench_generation(
         DEFAULT_AGREE_TOKENS,
         GenerateConfig,
         GenerateSpec,
-        check_workload_fits,
         parse_assignments,
     )
     from autotune.device import resolve_device
     from autotune.measure import outcomes
     from autotune.measure.generation import measure_generation
     from autotune.present.generation import format_generation_measurement
-    from autotune.search.generate import DEFAULT_NEW_TOKENS, workload_lengths
-    from autotune.trial.generate import model_facts
+    from autotune.search.generate import resolve_workload
 
     cfg = GenerateConfig().with_overrides(parse_assignments(assignments, task=registry.GENERATE))
     device = resolve_device(device)
     on_cpu = device == "cpu"
-    vocab, context, _ = model_facts(model, timeout_s=PROBE_TIMEOUT_S, host_limit_bytes=memory_limit if on_cpu else None)
-    lens = workload_lengths(options["prompt_len"], options["prompts"], vocab)
-    new_tokens = options["new_tokens"] or DEFAULT_NEW_TOKENS
-    check_workload_fits(model, max(lens), new_tokens, context)
+    workload = resolve_workload(
+        model,
+        options["prompt_len"],
+        options["prompts"],
+        options["new_tokens"],
+        timeout_s=PROBE_TIMEOUT_S,
+        host_limit_bytes=memory_limit if on_cpu else None,
+        in_child=False,
+    )
     spec = GenerateSpec(
         model=model,
         device=device,
-        prompt_lens=lens,
-        new_tokens=new_tokens,
+        prompt_lens=workload.lens,
+        new_tokens=workload.new_tokens,
         warmup=warmup,
         steps=steps,
         min_time_s=min_time,

@@ -41,15 +41,15 @@ import torch
 import torch.nn as nn
 
 from autotune.config import GenerateConfig, GenerateSpec, check_workload_fits, padded_width
-from autotune.device import DeviceInfo, ProcessTreeMemory, describe
+from autotune.device import DeviceInfo, ProcessTreeMemory
 from autotune.errors import UnsupportedConfig, UsageError
 from autotune.knobs.generation import gpt_decoder
 from autotune.knobs.precision import fp32_precision
-from autotune.knobs.support import DeviceCapabilities, check_model_supported, check_supported
+from autotune.knobs.support import check_model_supported
 from autotune.measure import outcomes
 from autotune.measure.compile_events import CompileEvents
-from autotune.measure.cuda import CudaSession, HostSession, session_for
-from autotune.measure.loop import measured_device
+from autotune.measure.cuda import CudaSession, HostSession
+from autotune.measure.loop import measured_run
 from autotune.measure.measurement import Measurement
 from autotune.measure.peaks import PhasePeaks, memory_meter
 from autotune.measure.warmup import MAX_SHAPE_PASSES, WarmUp
@@ -204,22 +204,14 @@ def measure_generation(spec: GenerateSpec, cfg: GenerateConfig, device_info: Dev
     """Run `cfg` on `spec`'s workload and measure it. A configuration that fails (unsupported,
     out of memory, a crash inside torch) comes back as a Measurement with that outcome; bad input
     from the user (UsageError) is raised."""
-    started = time.perf_counter()
-    device = measured_device(spec.device)
-    info = device_info or describe(device)
-    session = session_for(device, info, spec.memory_limit_bytes)
-    try:
-        check_supported(cfg, DeviceCapabilities.detect(info.kind, info.capability_tuple))
-        with ProcessTreeMemory() as host:
-            result = _GenerationRun(spec, cfg, info, session, host).execute()
-    except UsageError:
-        raise
-    except Exception as exc:
-        outcome, reason = outcomes.classify_exception(exc)
-        result = Measurement.failed(cfg.to_dict(), outcome, reason, device=info.to_dict(), model={"name": spec.model})
-        session.release()
-    result.phase_s["total"] = time.perf_counter() - started
-    return result
+    return measured_run(
+        spec.device,
+        spec.memory_limit_bytes,
+        spec.model,
+        cfg,
+        device_info,
+        lambda info, session, host: _GenerationRun(spec, cfg, info, session, host).execute(),
+    )
 
 
 class _GenerationRun:

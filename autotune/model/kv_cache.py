@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -114,23 +115,9 @@ class DynamicCache:
 Cache = StaticCache | DynamicCache
 
 
-def make_cache(
-    kind: str,
-    *,
-    n_layer: int,
-    batch: int,
-    n_head: int,
-    head_dim: int,
-    max_len: int,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> Cache:
-    """The cache `kv_cache` names; a static one holds `max_len` positions."""
-    if kind == "static":
-        return StaticCache(
-            n_layer=n_layer, batch=batch, n_head=n_head, head_dim=head_dim, max_len=max_len, dtype=dtype, device=device
-        )
-    return DynamicCache(n_layer=n_layer)
+def make_cache(kind: str, **shape: Any) -> Cache:
+    """The cache `kv_cache` names; a static one of `shape` (StaticCache's arguments)."""
+    return StaticCache(**shape) if kind == "static" else DynamicCache(n_layer=shape["n_layer"])
 
 
 def prefill_mask(prompt_valid: torch.Tensor | None) -> torch.Tensor | None:

@@ -166,6 +166,35 @@ def workload_lengths(
     return (prompt_len or DEFAULT_PROMPT_LEN,)
 
 
+@dataclass(frozen=True)
+class Workload:
+    """A generation workload, checked against its model."""
+
+    lens: tuple[int, ...]  # prompt lengths
+    new_tokens: int
+    context: int  # the model's
+    transformers: bool  # a transformers model (it generates through generate)
+
+
+def resolve_workload(
+    model: str,
+    prompt_len: int | None,
+    prompts: str | None,
+    new_tokens: int | None,
+    *,
+    timeout_s: float,
+    host_limit_bytes: int | None,
+    in_child: bool = True,
+) -> Workload:
+    """The model's facts and the prompt lengths (a prompts file read in a child process unless
+    `in_child` is False: bench, which has torch already), refused in one line when they do not fit."""
+    vocab, context, transformers = model_facts(model, timeout_s=timeout_s, host_limit_bytes=host_limit_bytes)
+    lens = workload_lengths(prompt_len, prompts, vocab, timeout_s=timeout_s if in_child else None)
+    new_tokens = new_tokens or DEFAULT_NEW_TOKENS
+    check_workload_fits(model, max(lens), new_tokens, context)
+    return Workload(lens, new_tokens, context, transformers)
+
+
 def prepare_generation(settings: SearchSettings) -> tuple[GenerateStudyContext, str, str]:
     """Validate everything before anything is written: (context, study name, storage URL)."""
     check_task_options(settings)
@@ -173,12 +202,20 @@ def prepare_generation(settings: SearchSettings) -> tuple[GenerateStudyContext, 
     device = describe(device_name)
     timeout = _trial_timeout(settings, device.kind)
     limit = memory_limit(settings, device)
-    vocab, context, transformers = model_facts(
-        settings.model, timeout_s=timeout, host_limit_bytes=limit if device.kind == "cpu" else None
+    workload = resolve_workload(
+        settings.model,
+        settings.prompt_len,
+        settings.prompts,
+        settings.new_tokens,
+        timeout_s=timeout,
+        host_limit_bytes=limit if device.kind == "cpu" else None,
     )
-    lens = workload_lengths(settings.prompt_len, settings.prompts, vocab, timeout_s=timeout)
-    new_tokens = settings.new_tokens or DEFAULT_NEW_TOKENS
-    check_workload_fits(settings.model, max(lens), new_tokens, context)
+    lens, new_tokens, context, transformers = (
+        workload.lens,
+        workload.new_tokens,
+        workload.context,
+        workload.transformers,
+    )
     objective = settings.objective or "tokens_per_sec"
     batches = parse_batches(settings.batch, device.kind)
     if objective == LATENCY:

@@ -50,41 +50,34 @@ def main(argv: list[str]) -> int:
 
 def _measure(request: dict[str, Any], started: float) -> dict[str, Any]:
     from autotune.config import RunSpec, TrainConfig
-    from autotune.device import DeviceInfo
-    from autotune.errors import AutotuneError
-    from autotune.measure import outcomes
     from autotune.measure.loop import measure
-    from autotune.measure.measurement import Measurement
 
-    ready = time.time()
-    spec = RunSpec.from_dict(request["spec"])
-    cfg = TrainConfig.from_dict(request["config"])
-    info = DeviceInfo.from_dict(request["device"]) if request.get("device") else None
-    try:
-        result = measure(spec, cfg, info)
-    except AutotuneError as exc:  # bad input reaching a trial: record it, don't crash
-        result = Measurement.failed(cfg.to_dict(), *outcomes.bad_input_in_trial(exc))
-    result.phase_s["process_start"] = ready - started  # interpreter + imports, seen from inside
-    return {"measurement": result.to_dict(), "started_at": started, "ready_at": ready}
+    return _measured(request, started, RunSpec, TrainConfig, measure)
 
 
 def _generate(request: dict[str, Any], started: float) -> dict[str, Any]:
     from autotune.config import GenerateConfig, GenerateSpec
+    from autotune.measure.generation import measure_generation
+
+    return _measured(request, started, GenerateSpec, GenerateConfig, measure_generation)
+
+
+def _measured(request: dict[str, Any], started: float, spec_class, config_class, run) -> dict[str, Any]:
+    """One measurement of the request's spec and config by `run` (training's, or generation's)."""
     from autotune.device import DeviceInfo
     from autotune.errors import AutotuneError
     from autotune.measure import outcomes
-    from autotune.measure.generation import measure_generation
     from autotune.measure.measurement import Measurement
 
     ready = time.time()
-    spec = GenerateSpec.from_dict(request["spec"])
-    cfg = GenerateConfig.from_dict(request["config"])
+    spec = spec_class.from_dict(request["spec"])
+    cfg = config_class.from_dict(request["config"])
     info = DeviceInfo.from_dict(request["device"]) if request.get("device") else None
     try:
-        result = measure_generation(spec, cfg, info)
+        result = run(spec, cfg, info)
     except AutotuneError as exc:  # bad input reaching a trial: record it, don't crash
         result = Measurement.failed(cfg.to_dict(), *outcomes.bad_input_in_trial(exc))
-    result.phase_s["process_start"] = ready - started
+    result.phase_s["process_start"] = ready - started  # interpreter + imports, seen from inside
     return {"measurement": result.to_dict(), "started_at": started, "ready_at": ready}
 
 
