@@ -363,7 +363,7 @@ def _view_dict(v: StudyView) -> dict[str, Any]:
             "energy_note": m.energy_note if m else None,
             "mfu": m.mfu if m else None,
             "peak_memory_bytes": m.peak_memory_bytes if m else None,
-            "generation": m.generation if m else None,
+            **({"generation": m.generation} if m is not None and m.generation is not None else {}),
         },
         "speedup_vs_baseline": v.summary.speedup(v.summary.baseline),
         "speedup_vs_checklist": v.summary.speedup(v.summary.checklist),

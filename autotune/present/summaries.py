@@ -115,7 +115,9 @@ def figure_text(trial: TrialRecord) -> str:
 def trial_line(trial: TrialRecord) -> str:
     """One line per finished trial: number, outcome, tokens/s, peak memory, the knobs."""
     outcome = str(trial.outcome) if trial.outcome else trial.state.name.lower()
-    tag = f" [{trial.reference}]" if trial.reference else ""
+    # A generation study's second reference is the article's cure (stored under the checklist's name).
+    cure = trial.reference == "checklist" and "kv_cache" in (trial.config or {})
+    tag = f" [{'cure' if cure else trial.reference}]" if trial.reference else ""
     if trial.proposed_by:
         tag = f" [{trial.proposed_by.replace('_', ' ')}]"
     dup = f" (same as #{trial.duplicate_of})" if trial.duplicate_of is not None else ""
