@@ -289,6 +289,8 @@ def show_text(study, summary, limit: int) -> str:
         lines.append(trial_line(trial))
     if summary.best is not None:
         lines += ["", best_table(summary)]
+        if is_generation(summary):
+            lines += ["", front_text(summary.trials)]
     else:
         lines.append("\n" + summary.no_best_reason)
     return "\n".join(lines)
@@ -306,6 +308,7 @@ def show_json(study, summary) -> dict[str, Any]:
         "speedup_vs_baseline": s.speedup(s.baseline),
         "speedup_vs_checklist": s.speedup(s.checklist),
         "trials": [_trial_json(t) for t in _ranked(s)],
+        **({"task": "generate", "front": front_json(s.trials)} if is_generation(s) else {}),
     }
 
 

@@ -187,3 +187,23 @@ def test_a_generation_and_a_training_study_of_one_model_are_separate(tmp_path, m
         from autotune.search.run import run_search
 
         run_search(SearchSettings(model="gpt2-tiny", device="cpu", study="shared", storage=journal, n_trials=1))
+
+
+def test_show_and_report_give_the_throughput_latency_front(tmp_path, modelled):
+    from autotune.present.generation import front
+    from autotune.present.importance import knob_importance
+    from autotune.present.report import report_sections
+    from autotune.present.summaries import show_json, show_text
+    from autotune.study.summary import summarize
+
+    study = run_generate_search(settings(tmp_path, n_trials=8, confirm=False)).study
+    summary = summarize(study)
+    points = front(summary.trials)
+    # No point of the front is beaten on both figures by a feasible trial.
+    assert points and all(
+        not (q.tokens_per_sec > p.tokens_per_sec and q.token_p99_s < p.token_p99_s) for p in points for q in points
+    )
+    assert "throughput/latency front" in show_text(study, summary, 20)
+    assert [row["trial"] for row in show_json(study, summary)["front"]] == [p.trial.number for p in points]
+    section = next(s for s in report_sections(study, summary, knob_importance(study)) if "front" in s.title)
+    assert [row[0] for row in section.rows] == [f"#{p.trial.number}" for p in points]
