@@ -53,23 +53,24 @@ WORKERS_FLOOR = 8
 MAX_WORKERS_ENV = environment.MAX_NUM_WORKERS
 
 KNOBS: tuple[str, ...] = registry.names(registry.TRAIN)
+GENERATE_KNOBS: tuple[str, ...] = registry.names(registry.GENERATE)
 
 
 def _knob_values(cfg: Any) -> dict[str, Any]:
-    return {name: getattr(cfg, name) for name in KNOBS}
+    return {name: getattr(cfg, name) for name in cfg.KNOB_NAMES}
 
 
 def _post_init(self: Any) -> None:
     """Each knob's type, choices and range, then its rules with the others (the registry's)."""
-    for knob in registry.knobs_of(registry.TRAIN):
+    for knob in registry.knobs_of(self.TASK):
         problem = knob.check(getattr(self, knob.name))
         if problem is not None:
             raise UsageError(problem)
     values = _knob_values(self)
-    for knob in registry.knobs_of(registry.TRAIN):
+    for knob in registry.knobs_of(self.TASK):
         if knob.requires is not None and (why := knob.requires(values)) is not None:
             raise UsageError(why)
-    for knob in registry.knobs_of(registry.TRAIN):
+    for knob in registry.knobs_of(self.TASK):
         if knob.kind is registry.Kind.BLOCKS:
             object.__setattr__(self, knob.name, tuple(sorted(getattr(self, knob.name))))
 
@@ -85,11 +86,11 @@ def _from_dict(cls: type, data: Mapping[str, Any], *, where: str | None = None) 
     prefix = f"{where}: " if where else ""
     if not isinstance(data, Mapping):
         raise UsageError(f"{prefix}expected a mapping of knobs, got {type(data).__name__}")
-    unknown = sorted((str(k) for k in set(data) - set(KNOBS)), key=str)
+    unknown = sorted((str(k) for k in set(data) - set(cls.KNOB_NAMES)), key=str)
     if unknown:
-        raise UsageError(f"{prefix}unknown knob {_short(unknown[0])}; valid knobs: {', '.join(KNOBS)}")
+        raise UsageError(f"{prefix}unknown knob {_short(unknown[0])}; valid knobs: {', '.join(cls.KNOB_NAMES)}")
     values = dict(data)
-    for knob in registry.knobs_of(registry.TRAIN):
+    for knob in registry.knobs_of(cls.TASK):
         if knob.kind is registry.Kind.BLOCKS and knob.name in values:
             layers = values[knob.name]
             if layers is not None and not isinstance(layers, (list, tuple)):
@@ -111,8 +112,8 @@ def _with_overrides(self: Any, assignments: Mapping[str, str]) -> Any:
     so `--set num_workers=0` works on its own; explicit conflicts still fail."""
     values = self.to_dict()
     for name, text in assignments.items():
-        values[name] = parse_knob(name, text)
-    for knob in registry.knobs_of(registry.TRAIN):
+        values[name] = parse_knob(name, text, task=self.TASK)
+    for knob in registry.knobs_of(self.TASK):
         if knob.inactive is not None and knob.name not in assignments and knob.inactive(values):
             values[knob.name] = knob.default
     return type(self).from_dict(values)
@@ -128,15 +129,19 @@ def _annotation(knob: registry.Knob) -> str:
     }[knob.kind]
 
 
-def _train_config_class() -> type:
-    knobs = registry.knobs_of(registry.TRAIN)
+def _config_class(task: str, name: str, what: str) -> type:
+    """A frozen dataclass of the knobs of `task`, made from the registry: its fields, defaults,
+    validation (types, ranges, rules) and `--set` parsing."""
+    knobs = registry.knobs_of(task)
     lines = "\n".join(
         f"    {k.name}: {k.values_help}; default {registry.value_text(k.default) or 'none'}" for k in knobs
     )
     namespace = {
-        "__doc__": "Every knob of a training run, from `autotune.registry` (each declared once there, with\n"
+        "__doc__": f"Every knob of {what}, from `autotune.registry` (each declared once there, with\n"
         "where it takes effect and a test that fails if it stops doing so). A frozen value,\n"
         "validated once when built from the CLI, a YAML space, a recipe or an Optuna trial.\n\n" + lines,
+        "TASK": task,
+        "KNOB_NAMES": registry.names(task),
         "__post_init__": _post_init,
         "to_dict": _to_dict,
         "from_dict": classmethod(_from_dict),
@@ -144,18 +149,29 @@ def _train_config_class() -> type:
         "with_overrides": _with_overrides,
     }
     fields = [(k.name, _annotation(k), dataclasses.field(default=k.default)) for k in knobs]
-    cls = dataclasses.make_dataclass("TrainConfig", fields, namespace=namespace, frozen=True)
+    cls = dataclasses.make_dataclass(name, fields, namespace=namespace, frozen=True)
     cls.__module__ = __name__  # pickling and reprs find it here
     return cls
 
 
-TrainConfig = _train_config_class()
+TrainConfig = _config_class(registry.TRAIN, "TrainConfig", "a training run")
+# Text generation's knobs (`autotune bench --task generate`, `search --task generate`).
+GenerateConfig = _config_class(registry.GENERATE, "GenerateConfig", "a text generation run")
+CONFIG_CLASSES: dict[str, type] = {registry.TRAIN: TrainConfig, registry.GENERATE: GenerateConfig}
 
 
-def parse_knob(knob: str, text: str) -> Any:
-    """Parse one `--set knob=value` string into the knob's typed value."""
-    if knob not in KNOBS:
-        raise UsageError(f"unknown knob {_short(knob)}; valid knobs: {', '.join(KNOBS)}")
+def config_class(task: str) -> type:
+    """The configuration class of `task` ("train", "generate"); UsageError for another."""
+    if task not in CONFIG_CLASSES:
+        raise UsageError(f"unknown task {_short(task)}: expected one of {', '.join(CONFIG_CLASSES)}")
+    return CONFIG_CLASSES[task]
+
+
+def parse_knob(knob: str, text: str, *, task: str = registry.TRAIN) -> Any:
+    """Parse one `--set knob=value` string into the knob's typed value (a knob of `task`)."""
+    known = registry.names(task)
+    if knob not in known:
+        raise UsageError(f"unknown knob {_short(knob)}; valid knobs: {', '.join(known)}")
     declared = registry.knob(knob)
     try:
         return declared.parse(text)
@@ -168,17 +184,18 @@ def knob_text(value: Any) -> str:
     return registry.value_text(value)
 
 
-def parse_assignments(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+def parse_assignments(pairs: tuple[str, ...] | list[str], *, task: str = registry.TRAIN) -> dict[str, str]:
     """`["amp_dtype=bfloat16", ...]` -> `{"amp_dtype": "bfloat16"}`; malformed pairs fail."""
+    known = registry.names(task)
     out: dict[str, str] = {}
     for pair in pairs:
         knob, sep, value = pair.partition("=")
         knob = knob.strip()
         if not sep or not knob:
-            raise UsageError(f"--set expects knob=value, got {_short(pair)}; knobs: {', '.join(KNOBS)}")
-        if knob not in KNOBS:
-            raise UsageError(f"unknown knob {_short(knob)} in --set; valid knobs: {', '.join(KNOBS)}")
-        parse_knob(knob, value)  # validate early so the error names the knob
+            raise UsageError(f"--set expects knob=value, got {_short(pair)}; knobs: {', '.join(known)}")
+        if knob not in known:
+            raise UsageError(f"unknown knob {_short(knob)} in --set; valid knobs: {', '.join(known)}")
+        parse_knob(knob, value, task=task)  # validate early so the error names the knob
         out[knob] = value
     return out
 
@@ -250,6 +267,91 @@ class RunSpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunSpec":
         return cls(**dict(data))
+
+
+MAX_NEW_TOKENS = 1 << 16  # --new-tokens: far beyond any context autotune's models have
+MAX_PROMPTS = 100_000  # prompt lengths a workload holds (a prompts file's lines)
+DEFAULT_AGREE_TOKENS = 8  # 16-bit generation must match the float32 reference on this many first tokens
+
+
+def padded_width(longest: int, bucket: int) -> int:
+    """The width prompts of at most `longest` tokens are left-padded to: a multiple of `bucket`
+    (knob `prompt_bucket`)."""
+    return -(-longest // bucket) * bucket
+
+
+def check_workload_fits(model: str, longest_prompt: int, new_tokens: int, context: int) -> None:
+    """Refuse (UsageError) a generation workload longer than the model's context."""
+    if longest_prompt + new_tokens > context:
+        raise UsageError(
+            f"prompts of up to {longest_prompt} tokens plus {new_tokens} new tokens do not fit the context of "
+            f"{model}, {context} tokens"
+        )
+
+
+@dataclass(frozen=True)
+class GenerateSpec:
+    """What one generation measurement runs: the model, the workload and how long to measure.
+    Fixed across the trials of a generation study; the knobs (`GenerateConfig`) vary.
+
+    The workload is what the user will run: prompts of `prompt_lens` tokens (one length, or a
+    prompts file's lengths, cycled into batches in a seeded order) and `new_tokens` greedy
+    tokens for each, always that many (no early stop). A run is `warmup` generations beyond
+    the warm-up over every prompt width, then at least `steps` timed generations and
+    `min_time_s` seconds. `agree_tokens`: in 16-bit, the greedy tokens must match the eager
+    float32 reference on at least this many first tokens (in float32: all of them)."""
+
+    model: str = "gpt2-tiny"
+    device: str = "cpu"
+    prompt_lens: tuple[int, ...] = (32,)
+    new_tokens: int = 32
+    warmup: int = 1
+    steps: int = 5
+    min_time_s: float = 1.0
+    seed: int = 0
+    memory_limit_bytes: int | None = None
+    memory_headroom: float = 0.0
+    agree_tokens: int = DEFAULT_AGREE_TOKENS
+
+    def __post_init__(self) -> None:
+        if self.device.split(":", 1)[0] not in DEVICE_KINDS:
+            raise UsageError(f"unknown device {self.device!r}: expected cpu, cuda or cuda:N")
+        lens = tuple(self.prompt_lens)
+        if not lens or len(lens) > MAX_PROMPTS:
+            raise UsageError(f"a workload needs from 1 to {MAX_PROMPTS} prompt lengths, got {len(lens)}")
+        for n in lens:
+            check_int("prompt length", n, minimum=1, maximum=MAX_SEQ_LEN)
+        object.__setattr__(self, "prompt_lens", lens)
+        check_int("new_tokens", self.new_tokens, minimum=1, maximum=MAX_NEW_TOKENS)
+        check_int("warmup", self.warmup, minimum=0, maximum=MAX_STEPS)
+        check_int("steps", self.steps, minimum=2, maximum=MAX_STEPS)
+        check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
+        check_int("agree_tokens", self.agree_tokens, minimum=1, maximum=MAX_NEW_TOKENS)
+        if not is_finite_number(self.min_time_s) or not 0 <= self.min_time_s <= MAX_MIN_TIME_S:
+            raise UsageError(
+                f"min_time_s must be a number of seconds from 0 to {MAX_MIN_TIME_S:g}, got {self.min_time_s!r}"
+            )
+        if not is_finite_number(self.memory_headroom) or not 0 <= self.memory_headroom < 1:
+            raise UsageError(f"memory_headroom must be a fraction from 0 to below 1, got {self.memory_headroom!r}")
+
+    @property
+    def device_kind(self) -> str:
+        return self.device.split(":", 1)[0]
+
+    @property
+    def longest_prompt(self) -> int:
+        return max(self.prompt_lens)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["prompt_lens"] = list(self.prompt_lens)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "GenerateSpec":
+        values = dict(data)
+        values["prompt_lens"] = tuple(values.get("prompt_lens", (32,)))
+        return cls(**values)
 
 
 def accumulation_steps(global_batch_tokens: int | None, token_budget: int) -> int:
@@ -340,8 +442,9 @@ def normalize_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
     """A stored config dict made comparable across studies and autotune versions: through
     TrainConfig where it still reads (lists for tuples, defaults for missing knobs), else
     as it is with tuples turned into lists."""
+    cls = GenerateConfig if set(config) and set(config) <= set(GENERATE_KNOBS) else TrainConfig
     try:
-        return TrainConfig.from_dict(config).to_dict()
+        return cls.from_dict(config).to_dict()
     except UsageError:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
 

@@ -39,8 +39,12 @@ MAX_PREFETCH_FACTOR = 1024
 MAX_TOKEN_BUDGET = 1 << 30  # a billion tokens in one step: far beyond any one device
 MAX_BLOCK_INDEX = 100_000
 
+MAX_BATCH_SIZE = 4096  # sequences generated together: beyond it a typo, not a configuration
+MAX_PROMPT_BUCKET = 1 << 16
+
 TRAIN = "train"
-TASKS = (TRAIN,)
+GENERATE = "generate"  # text generation: prefill and a greedy decode loop (autotune.measure.generation)
+TASKS = (TRAIN, GENERATE)
 
 
 class Kind(str, enum.Enum):
@@ -122,6 +126,10 @@ class Knob:
     lightning_note: Callable[[Any, Any], str | None] | None = None
     # DataLoader keyword arguments (plain PyTorch and Lightning): (value, view) -> {kwarg: value}.
     loader: Callable[[Any, Any], dict[str, Any]] | None = None
+    # Generation knobs: Hugging Face GenerationConfig fields for a value, (value, view) -> {field: value},
+    # and what GenerationConfig cannot express of it (`integrations.generation`).
+    hf_generate: Callable[[Any, Any], dict[str, Any]] | None = None
+    hf_generate_note: Callable[[Any, Any], str | None] | None = None
 
     @property
     def values_help(self) -> str:
@@ -504,9 +512,239 @@ def _loss_note(impl: str, view: Any) -> str | None:
     )
 
 
+# --- the knobs of text generation (task "generate") ------------------------------------------
+# Rules on generation's own keys, through the training rules where the question is the same (a
+# dtype, an SDPA kernel, a compile mode on this device), so each answer is written once.
+
+
+def _generation_dtype_rule(k: Mapping[str, Any], caps: Any) -> str | None:
+    return _dtype_rule({"amp_dtype": k["dtype"]}, caps)
+
+
+def _generation_sdpa_rule(which: str) -> Callable[[Mapping[str, Any], Any], str | None]:
+    def rule(k: Mapping[str, Any], caps: Any) -> str | None:
+        why = _sdpa_rule({"sdpa_backend": k[which], "amp_dtype": k["dtype"]}, caps)
+        if why is None and which == "decode_sdpa" and caps.kind == "cuda":
+            if k[which] == "flash" and k["kv_cache"] == "static":
+                return (
+                    "flash attention takes no mask, and a static cache's decode step attends over the whole "
+                    "preallocated cache through one; use math, efficient or cudnn"
+                )
+        return why
+
+    return rule
+
+
+def _decode_compile_rule(k: Mapping[str, Any], caps: Any) -> str | None:
+    mode = k["decode_compile"]
+    if caps.kind == "cpu" and mode == "reduce-overhead":
+        return "reduce-overhead means CUDA graphs, which need a CUDA device"
+    return _compile_rule({"compile_mode": mode}, caps)
+
+
+def _decode_compile_requires(k: Mapping[str, Any]) -> str | None:
+    if k["decode_compile"] == "reduce-overhead" and k["kv_cache"] != "static":
+        # pytorch #128424, #117106: a graph recorded per length, their pools growing until out of memory
+        return (
+            "reduce-overhead records a CUDA graph for every shape it meets, and a dynamic cache grows by one "
+            "position each token: one graph per length, memory growing with each; use kv_cache=static"
+        )
+    return None
+
+
+def _compile_prefill_requires(k: Mapping[str, Any]) -> str | None:
+    if k["compile_prefill"] and k["decode_compile"] == "none":
+        return "compile_prefill=true compiles prefill with the decode step's mode: set a decode_compile other than none"
+    return None
+
+
+def _without_decode_compile(k: Mapping[str, Any]) -> bool:
+    return k.get("decode_compile", "none") == "none"
+
+
+def generates_with_hf(model: Any) -> bool:
+    """A transformers model: it generates through `generate` (GenerationMixin), duck-typed."""
+    model = getattr(model, "_orig_mod", model)
+    return callable(getattr(model, "generate", None)) and callable(getattr(model, "_valid_auto_compile_criteria", None))
+
+
+def _hf_static_cache_rule(model: Any, k: Mapping[str, Any]) -> str | None:
+    if k["kv_cache"] != "static" or not generates_with_hf(model):
+        return None
+    supports = getattr(model, "_supports_default_dynamic_cache", None)
+    if callable(supports) and not supports():
+        return (
+            f"{type(model).__name__} keeps a cache of its own, and transformers ignores cache_implementation for it "
+            "(GenerationMixin._supports_default_dynamic_cache): it cannot use a static cache"
+        )
+    return None
+
+
+def _hf_decode_compile_rule(model: Any, k: Mapping[str, Any]) -> str | None:
+    if k["decode_compile"] != "none" and k["kv_cache"] != "static" and generates_with_hf(model):
+        return (
+            "transformers compiles generate's decode step only with a static cache (GenerationMixin."
+            "_valid_auto_compile_criteria): with a dynamic one it would run eager; use kv_cache=static"
+        )
+    return None
+
+
+def _hf_compile_prefill_rule(model: Any, k: Mapping[str, Any]) -> str | None:
+    if k["compile_prefill"] and generates_with_hf(model):
+        return "transformers' generate compiles the decode step only; its prefill runs eager (GenerationMixin._prefill)"
+    return None
+
+
+def _hf_one_sdpa_rule(model: Any, k: Mapping[str, Any]) -> str | None:
+    if k["prefill_sdpa"] != k["decode_sdpa"] and generates_with_hf(model):
+        return (
+            "transformers' generate runs prefill and decode in one call, under one SDPA backend: "
+            f"set prefill_sdpa and decode_sdpa alike (now {k['prefill_sdpa']} and {k['decode_sdpa']})"
+        )
+    return None
+
+
+def _compile_config(mode: str, view: Any) -> dict[str, Any]:
+    # decode_compile=none says so: generate compiles a static cache's decode step on its own on CUDA
+    return {"disable_compile": True} if mode == "none" else {"compile_config": {"mode": mode, "fullgraph": False}}
+
+
+GENERATE_KNOBS: tuple[Knob, ...] = (
+    Knob(
+        "kv_cache",
+        Kind.CHOICE,
+        "dynamic",
+        "dynamic: keys and values grow a position a token; static: preallocated for the longest prompt plus "
+        "the new tokens (one shape for every decode step)",
+        Stage.MODEL,
+        "autotune.model.kv_cache:make_cache",
+        choices=("dynamic", "static"),
+        task=GENERATE,
+        model_rule=_hf_static_cache_rule,
+        prefer={"cuda": ("static", "dynamic"), "cpu": ("static", "dynamic")},
+        hf_generate=lambda v, view: {"cache_implementation": "static"} if v == "static" else {},
+    ),
+    Knob(
+        "decode_compile",
+        Kind.CHOICE,
+        "none",
+        "torch.compile's mode for the decode step (none: eager; reduce-overhead: CUDA graphs)",
+        Stage.MODEL,
+        "autotune.knobs.generation:compile_steps",
+        choices=("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+        task=GENERATE,
+        requires=_decode_compile_requires,
+        device_rule=_decode_compile_rule,
+        model_rule=_hf_decode_compile_rule,
+        prefer={
+            "cuda": ("reduce-overhead", "default", "max-autotune-no-cudagraphs", "none"),
+            "cpu": ("none", "default"),
+        },
+        hf_generate=_compile_config,
+    ),
+    Knob(
+        "compile_prefill",
+        Kind.BOOLEAN,
+        False,
+        "compile prefill too, with the decode step's mode (one graph per padded prompt width)",
+        Stage.MODEL,
+        "autotune.knobs.generation:compile_steps",
+        task=GENERATE,
+        requires=_compile_prefill_requires,
+        inactive=_without_decode_compile,
+        model_rule=_hf_compile_prefill_rule,
+        prefer={"cuda": (False, True), "cpu": (False, True)},
+    ),
+    Knob(
+        "prefill_sdpa",
+        Kind.CHOICE,
+        "auto",
+        "the forced scaled_dot_product_attention kernel of prefill (auto: torch's choice)",
+        Stage.STEP,
+        "autotune.knobs.generation:attention_of",
+        choices=("auto", "math", "efficient", "flash", "cudnn"),
+        task=GENERATE,
+        device_rule=_generation_sdpa_rule("prefill_sdpa"),
+        model_rule=_hf_one_sdpa_rule,
+        prefer={"cuda": ("flash", "cudnn", "efficient", "auto", "math"), "cpu": ("auto", "flash", "math")},
+        hf_generate_note=lambda v, view: (
+            f"The recipe forces the {v} SDPA backend, which no GenerationConfig field sets: load the model with "
+            'attn_implementation="sdpa" and call generate inside torch.nn.attention.sdpa_kernel (see below).'
+            if v != "auto"
+            else None
+        ),
+    ),
+    Knob(
+        "decode_sdpa",
+        Kind.CHOICE,
+        "auto",
+        "the forced scaled_dot_product_attention kernel of each decode step: one query token (auto: torch's choice)",
+        Stage.STEP,
+        "autotune.knobs.generation:attention_of",
+        choices=("auto", "math", "efficient", "flash", "cudnn"),
+        task=GENERATE,
+        device_rule=_generation_sdpa_rule("decode_sdpa"),
+        # one query token: math is often as fast as a fused kernel (gpt-fast decodes through math)
+        prefer={"cuda": ("auto", "math", "efficient", "cudnn", "flash"), "cpu": ("auto", "math", "flash")},
+    ),
+    Knob(
+        "dtype",
+        Kind.CHOICE,
+        "float32",
+        "the weights' and the cache's dtype (the model is cast, as inference runs it)",
+        Stage.MODEL,
+        "autotune.knobs.generation:cast_model",
+        choices=("float32", "float16", "bfloat16"),
+        task=GENERATE,
+        device_rule=_generation_dtype_rule,
+        prefer={"cuda": ("bfloat16", "float16", "float32"), "cpu": ("float32", "bfloat16")},
+        hf_generate_note=lambda v, view: (
+            f"Load the model in {v}: from_pretrained(..., dtype=torch.{v}), or model.to(torch.{v})."
+            if v != "float32"
+            else None
+        ),
+    ),
+    Knob(
+        "batch_size",
+        Kind.INTEGER,
+        1,
+        "prompts generated together (output tokens/s counts every sequence of the batch)",
+        Stage.LOADER,
+        "autotune.measure.generation:workload_batches",
+        low=1,
+        high=MAX_BATCH_SIZE,
+        role=Role.BUDGET,
+        task=GENERATE,
+        prefer={"cuda": (8, 4, 16, 1), "cpu": (1, 4)},
+        hf_generate_note=lambda v, view: (
+            f"Generate {v} prompts a call (input_ids of shape ({v}, width))." if v > 1 else None
+        ),
+    ),
+    Knob(
+        "prompt_bucket",
+        Kind.INTEGER,
+        1,
+        "prompts left-padded to a multiple of this many tokens (1: to the batch's longest), so compiled "
+        "prefill meets few widths",
+        Stage.LOADER,
+        "autotune.measure.generation:workload_batches",
+        low=1,
+        high=MAX_PROMPT_BUCKET,
+        task=GENERATE,
+        prefer={"cuda": (64, 16, 1), "cpu": (1, 16)},
+        hf_generate_note=lambda v, view: (
+            f"Pad prompts on the left to a multiple of {v}: tokenizer(..., padding=True, pad_to_multiple_of={v}, "
+            'padding_side="left").'
+            if v > 1
+            else None
+        ),
+    ),
+)
+
 # --- the knobs ---------------------------------------------------------------------------------
 
 KNOBS: tuple[Knob, ...] = (
+    *GENERATE_KNOBS,  # first: the training knobs that follow end the tuple, where a new one is added
     Knob(
         "num_workers",
         Kind.INTEGER,

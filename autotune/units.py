@@ -25,7 +25,7 @@ _SIZE_UNITS = {
     "tb": 1000**4,
     "tib": 1024**4,
 }
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
+_DURATION_UNITS = {"": 1, "ms": 0.001, "s": 1, "m": 60, "h": 3600}
 # The smallest memory limit that means anything (no model trains in less) and the largest
 # any machine has: outside them a value is a typo (0.5 bytes, 1e400) or an overflow.
 MIN_MEMORY_SIZE = 1 << 20  # 1 MiB
@@ -56,7 +56,7 @@ def parse_memory_size(text: str, *, option: str = "--memory-limit") -> int:
 
 
 def parse_duration(text: str, *, option: str) -> float:
-    """ "90", "90s", "10m", "2h" -> seconds."""
+    """ "90", "90s", "10m", "2h", "40ms" -> seconds."""
     raw = str(text).strip().lower()
     number, unit = raw.rstrip("smh"), raw[len(raw.rstrip("smh")) :]
     # Digits, a point and an exponent only: float() would also take "nan", "inf" and "1_0".

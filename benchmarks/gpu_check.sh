@@ -20,11 +20,13 @@
 #   doctor             25 s     45 s   torch and CUDA start, one compile nothing cached, SDPA kernels, a bf16 matmul's rate
 #   probes             25 s     45 s   fp16 + chunked loss gradients against fp32 (32k tokens), a trial forked from the
 #                                      fork server (process start, gpt2-tiny on the GPU)
+#   generate           40 s     60 s   bench --task generate: gpt2, the article's cure (bf16, static cache, CUDA graphs of
+#                                      the decode step), 128 prompt + 128 new tokens; the correctness check
 #   search            170 s    190 s   the baseline (~20 s), the checklist (~60 s: a dynamic compile), then the planner's
 #                                      first proposals; no trial starts after 110 s, none runs past 75 s; no
 #                                      re-measurement of the leaders
 #   table               5 s     20 s
-#   total             235 s    (the deadline: 300 s)
+#   total             275 s    (the deadline: 300 s; the search comes last and is trimmed first)
 #
 # $OUT (a temporary folder if unset) gets three files: table.md (what this prints), figures.json
 # (every figure of the table, for docs/gpu-check.md) and gpu_check.tar.gz (each step's output
@@ -134,14 +136,21 @@ if [ "$DRY" = 1 ]; then
   # The baseline only: the same command and files, the table's checklist row missing (the
   # checklist compiles on the CPU, ~20 s; the test suite runs it in every search it makes).
   SPACE="$ROOT/tests/spaces/tiny.yaml"; N_TRIALS=1; SEARCH_TIMEOUT=60; TRIAL_TIMEOUT=100
+  # Generation: a static cache, eager (a CPU compile takes tens of seconds; the GPU's is the cure's).
+  GENERATE=(--prompt-len 16 --new-tokens 8 --set kv_cache=static --warmup 0 --steps 3 --min-time 0)
 else
   MODEL=gpt2; DEVICE=cuda:0; RUN=(--warmup 3 --steps 10 --min-time 1)
   PROBE=(--tokens 32768); PROBE_CAP=45
   SPACE="$ROOT/search_spaces/gpu_quick.yaml"; N_TRIALS=8; SEARCH_TIMEOUT=110; TRIAL_TIMEOUT=75
+  GENERATE=(--prompt-len 128 --new-tokens 128 --set kv_cache=static --set decode_compile=reduce-overhead
+    --set dtype=bfloat16 --warmup 1 --steps 5 --min-time 1)
 fi
 
 # --- probes: the fp16 + chunked loss gradients, and a trial forked from the fork server ---------
 run_step probes "$PROBE_CAP" "$PY" benchmarks/gpu_probes.py --device "$DEVICE" "${PROBE[@]}"
+
+# --- generation: the article's cure, measured (TTFT and per-token p50/p99, the correctness check) ---
+run_step generate 60 "${AT[@]}" bench --task generate --model "$MODEL" --device "$DEVICE" "${GENERATE[@]}" --json
 
 # --- a short search: the two reference trials, then the planner's first proposals --------------
 (cd "$WORK" && run_step search 190 "${AT[@]}" search --model "$MODEL" --device "$DEVICE" "${RUN[@]}" \

@@ -153,6 +153,26 @@ def probe_lines(probes: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def generation_line(m: dict[str, Any] | None) -> str:
+    """The generation step's figures in one line (bench --task generate --json)."""
+    if not m:
+        return "generate: no report (see generate.err in the tarball)"
+    g = m.get("generation") or {}
+
+    def ms(key: str) -> str:
+        return "-" if g.get(key) is None else f"{1000 * g[key]:.2f} ms"
+
+    agreement = g.get("agreement") or {}
+    return (
+        f"generate ({m.get('outcome')}): {m.get('tokens_per_sec') or 0:,.0f} output tok/s at batch "
+        f"{g.get('batch_size')}, "
+        f"TTFT p50/p99 {ms('ttft_p50_s')}/{ms('ttft_p99_s')}, per token p50/p99 "
+        f"{ms('token_latency_p50_s')}/{ms('token_latency_p99_s')}, compile {m.get('compile_time_s') or 0:.1f} s, "
+        f"{m.get('recompiles_during_timing')} recompiles while timed, tokens agree with fp32 up to "
+        f"{agreement.get('agreed_min')} of {agreement.get('new_tokens')} (required {agreement.get('required')})"
+    )
+
+
 def steps(work: Path) -> list[list[str]]:
     try:
         return [line.split("\t") for line in (work / "steps.tsv").read_text().splitlines() if line]
@@ -190,6 +210,8 @@ def main(work_dir: str, dry_run: str) -> int:
             f"search: {search.get('n_trials')} trials {search.get('counts')}, best's speedup over the baseline "
             f"{search.get('speedup_vs_baseline')}, over the checklist {search.get('speedup_vs_checklist')}"
         )
+    generate = load(work / "generate.json")
+    print(generation_line(generate))
     for line in probe_lines(probes):
         print(line)
     print("steps: " + ", ".join(f"{s[0]} {s[2]} s (rc {s[1]})" for s in steps(work) if len(s) >= 3))
@@ -206,6 +228,7 @@ def main(work_dir: str, dry_run: str) -> int:
             k: (search or {}).get(k) for k in ("n_trials", "counts", "speedup_vs_baseline", "speedup_vs_checklist")
         },
         "probes": probes,
+        "generate": generate,
         "steps": steps(work),
     }
     (work / "figures.json").write_text(json.dumps(figures, indent=1, default=str))

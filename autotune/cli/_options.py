@@ -198,6 +198,12 @@ study_options = _stack(
 """Which stored study: show, export, report, dashboard."""
 
 
+def settings_subset(settings_cls: Any, names: tuple[str, ...]) -> Callable[[Callable], Callable]:
+    """The click options of some fields of a settings dataclass, declared there once (`bench`
+    takes the generation workload's options of `search`)."""
+    return _stack(*(_click_option(n, option, default) for n, option, default in settings_cls.options() if n in names))
+
+
 def settings_options(settings_cls: Any) -> Callable[[Callable], Callable]:
     """The click options of every field of a settings dataclass (`search.settings.SearchSettings`),
     each made from the `Option` in its metadata, in declaration order; the command receives them

@@ -14,8 +14,13 @@ from autotune.cli._options import (
     memory_limit_option,
     run_options,
     say,
+    settings_subset,
     stdout_to_stderr,
 )
+from autotune.search.settings import SearchSettings
+
+# The generation workload's options, declared once with `search`'s (search.settings).
+GENERATION_OPTIONS = ("task", "prompt_len", "prompts", "new_tokens", "agree_tokens")
 
 PROBE_TIMEOUT_S = 300.0
 
@@ -84,6 +89,7 @@ def _run_spec(
 )
 @memory_limit_option
 @global_batch_option
+@settings_subset(SearchSettings, GENERATION_OPTIONS)
 @json_option
 def bench(
     model,
@@ -99,12 +105,26 @@ def bench(
     memory_limit,
     global_batch_tokens,
     as_json,
+    **generation,
 ) -> None:
     """Measure one configuration: effective tokens/s, memory, MFU and their spread.
 
     Knobs: num_workers, prefetch_factor, pin_memory, persistent_workers, token_budget,
     batching, amp_dtype, compile_mode, sdpa_backend, checkpoint_layers.
+
+    With --task generate: output tokens/s, time to first token and per token (p50, p99),
+    prefill tokens/s, memory and the correctness check of one generation configuration; --steps
+    and --warmup count whole generations. Knobs: kv_cache, decode_compile, compile_prefill,
+    prefill_sdpa, decode_sdpa, dtype, batch_size, prompt_bucket.
     """
+    if generation["task"] == "generate":
+        trained = {"--batching": batching, "--data": data != "synthetic", "--seq-len": seq_len}
+        _refuse_given({**trained, "--global-batch-tokens": global_batch_tokens}, "--task train (the default)")
+        _bench_generation(model, device, warmup, steps, min_time, seed, assignments, memory_limit, as_json, generation)
+        return
+    flags = {"prompt_len": "--prompt-len", "prompts": "--prompts", "new_tokens": "--new-tokens"}
+    flags["agree_tokens"] = "--agree-tokens"
+    _refuse_given({flag: generation[name] is not None for name, flag in flags.items()}, "--task generate")
     from autotune.config import TrainConfig, accumulation_for, check_runnable_here, parse_assignments
     from autotune.errors import UnsupportedConfig, UsageError
     from autotune.measure import outcomes
@@ -127,4 +147,63 @@ def bench(
         emit_json(result.to_dict())
     else:
         say(format_measurement(result))
+    sys.exit(0 if result.outcome == outcomes.OK else 1)
+
+
+def _refuse_given(given: dict[str, object], task: str) -> None:
+    """UsageError for the first option given (a truthy value) that belongs to `task`."""
+    flags = [flag for flag, value in given.items() if value]
+    if flags:
+        from autotune.errors import UsageError
+
+        raise UsageError(f"{flags[0]} is an option of {task}")
+
+
+def _bench_generation(
+    model, device, warmup, steps, min_time, seed, assignments, memory_limit, as_json, options
+) -> None:
+    """`bench --task generate`: one generation configuration measured in this process."""
+    from autotune import registry
+    from autotune.config import (
+        DEFAULT_AGREE_TOKENS,
+        GenerateConfig,
+        GenerateSpec,
+        parse_assignments,
+    )
+    from autotune.device import resolve_device
+    from autotune.measure import outcomes
+    from autotune.measure.generation import measure_generation
+    from autotune.present.generation import format_generation_measurement
+    from autotune.search.generate import resolve_workload
+
+    cfg = GenerateConfig().with_overrides(parse_assignments(assignments, task=registry.GENERATE))
+    device = resolve_device(device)
+    on_cpu = device == "cpu"
+    workload = resolve_workload(
+        model,
+        options["prompt_len"],
+        options["prompts"],
+        options["new_tokens"],
+        timeout_s=PROBE_TIMEOUT_S,
+        host_limit_bytes=memory_limit if on_cpu else None,
+        in_child=False,
+    )
+    spec = GenerateSpec(
+        model=model,
+        device=device,
+        prompt_lens=workload.lens,
+        new_tokens=workload.new_tokens,
+        warmup=warmup,
+        steps=steps,
+        min_time_s=min_time,
+        seed=seed,
+        memory_limit_bytes=memory_limit,
+        agree_tokens=options["agree_tokens"] or DEFAULT_AGREE_TOKENS,
+    )
+    with stdout_to_stderr(as_json):
+        result = measure_generation(spec, cfg)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        say(format_generation_measurement(result))
     sys.exit(0 if result.outcome == outcomes.OK else 1)

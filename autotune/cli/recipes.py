@@ -79,13 +79,28 @@ def _resolve(device: str) -> str:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "yaml", "hf", "hf-json", "lightning", "lightning-json", "env"]),
+    type=click.Choice(
+        [
+            "json",
+            "yaml",
+            "hf",
+            "hf-json",
+            "lightning",
+            "lightning-json",
+            "env",
+            "hf-generate",
+            "hf-generate-json",
+            "decode-loop",
+        ]
+    ),
     default="json",
     show_default=True,
     help="json/yaml: the recipe; hf: TrainingArguments kwargs as Python, hf-json as JSON; lightning: Trainer "
     "and DataLoader kwargs as Python, lightning-json as JSON. Field names follow the installed library, "
     "and are checked by constructing its object when it is installed. env: the shell exports to run before "
-    "training starts CUDA (the allocator's expandable_segments).",
+    "training starts CUDA (the allocator's expandable_segments). A generation recipe: hf-generate, its "
+    "GenerationConfig and generate call as Python (hf-generate-json as JSON); decode-loop, a plain PyTorch "
+    "decode loop with its settings.",
 )
 def export(recipe_file, study, storage, output, fmt) -> None:
     """Export a recipe (a file, or the best of a stored study) as JSON, YAML, Hugging Face or Lightning settings."""
@@ -174,6 +189,8 @@ def verify(
     from autotune.recipe.verify import default_tolerance, verify_recipe
 
     device = _resolve(device)
+    if soak and load_recipe(recipe_path, device).task != "train":
+        raise UsageError("--soak runs a training recipe for an epoch; a generation recipe is verified without it")
     if soak:
         from autotune.present.soak_report import format_soak
         from autotune.recipe.soak_check import soak_recipe
@@ -232,6 +249,8 @@ def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_mode
 
     device = _resolve(device)
     recipe = load_recipe(recipe_path, device)
+    if recipe.task != "train":
+        raise UsageError("profile runs a training recipe's step; for a generation recipe use bench --task generate")
     name = recipe.model_to_run(model, allow_import=allow_model_import)
     check_runnable_here(recipe.config, where=f"recipe {recipe_path}: config")
     out = out_dir or str(Path("profiles") / Path(recipe_path).stem)

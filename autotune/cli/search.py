@@ -24,6 +24,9 @@ from autotune.search.settings import SearchSettings
 def search(devices, as_json, **values) -> None:
     """Run (or resume) an Optuna study over the search space and write the best recipe.
 
+    --task generate tunes text generation instead: output tokens/s of the workload (--prompt-len
+    or --prompts, --new-tokens) under the memory limit and any latency bounds.
+
     Each trial runs in a fresh process and is measured in effective tokens/s; a trial
     whose peak memory breaks the limit is infeasible and can never be the best. Running
     the same command again adds trials to the same study. Ctrl-C, SIGTERM or SIGHUP stop it:
@@ -34,6 +37,12 @@ def search(devices, as_json, **values) -> None:
     from autotune.search.run import SearchStopped, run_search
 
     settings = SearchSettings.from_options(values)
+    if devices and settings.task == "generate":
+        from autotune.errors import UsageError
+
+        raise UsageError(
+            "--devices runs training workers; a generation study runs in one process (leave --devices out)"
+        )
     reporter = TerminalProgress(
         settings.trial_cap,
         quiet=as_json or bool(devices),
@@ -45,6 +54,10 @@ def search(devices, as_json, **values) -> None:
             from autotune.search.fleet import run_workers
 
             result = run_workers(settings, devices, as_json=as_json)
+        elif settings.task == "generate":
+            from autotune.search.generate import run_generate_search
+
+            result = run_generate_search(settings, reporter)
         else:
             result = run_search(settings, reporter)
     except SearchStopped as stop:

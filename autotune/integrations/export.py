@@ -16,13 +16,16 @@ from typing import Any, Callable
 
 import yaml
 
+from autotune import registry
 from autotune.config import SDPA_KERNELS
 from autotune.errors import UsageError
-from autotune.integrations import hf, lightning
+from autotune.integrations import generation, hf, lightning
 from autotune.integrations.common import recipe_seq_len, sequences_per_step
 from autotune.recipe.recipe import Recipe
 
-FORMATS = ("json", "yaml", "hf", "hf-json", "lightning", "lightning-json", "env")
+TRAINING_FORMATS = ("hf", "hf-json", "lightning", "lightning-json", "env")
+GENERATION_FORMATS = ("hf-generate", "hf-generate-json", "decode-loop")  # a generation recipe's (`generation`)
+FORMATS = ("json", "yaml", *TRAINING_FORMATS, *GENERATION_FORMATS)
 
 
 def render(recipe: Recipe, fmt: str) -> str:
@@ -35,9 +38,15 @@ def render(recipe: Recipe, fmt: str) -> str:
         "lightning": _lightning,
         "lightning-json": _lightning_json,
         "env": _env,
+        "hf-generate": generation.hf_generate,
+        "hf-generate-json": generation.hf_generate_json,
+        "decode-loop": generation.decode_loop,
     }
     if fmt not in renderers:
         raise UsageError(f"unknown export format {fmt!r}; formats: {', '.join(FORMATS)}")
+    own = GENERATION_FORMATS if recipe.task == registry.GENERATE else TRAINING_FORMATS
+    if fmt not in ("json", "yaml", *own):
+        raise UsageError(f"--format {fmt} is not for a {recipe.task} recipe; its formats: json, yaml, {', '.join(own)}")
     return renderers[fmt](recipe)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune import registry
-from autotune.config import TrainConfig
+from autotune.config import GenerateConfig, TrainConfig
 from autotune.errors import UnsupportedConfig
 
 
@@ -54,13 +54,13 @@ def _read_cpuinfo() -> str | None:
         return None
 
 
-def check_supported(cfg: TrainConfig, caps: DeviceCapabilities) -> None:
+def check_supported(cfg: TrainConfig | GenerateConfig, caps: DeviceCapabilities) -> None:
     """Reject, before anything runs, what this device cannot run; the reason names the knob.
     Each knob's rule is its registry entry's `device_rule`. Rules that can only be known by
     trying (a kernel for an exotic shape) surface at run time, classified by
     `autotune.measure.outcomes`."""
     values = cfg.to_dict()
-    for knob in registry.knobs_of(registry.TRAIN):
+    for knob in registry.knobs_of(cfg.TASK):  # a TrainConfig's, or a GenerateConfig's
         if knob.device_rule is not None and (why := knob.device_rule(values, caps)) is not None:
             raise UnsupportedConfig(knob.name, why)
 
@@ -71,10 +71,10 @@ def check_supported(cfg: TrainConfig, caps: DeviceCapabilities) -> None:
 # a configuration the model cannot take fails whole, as `unsupported`, before anything runs.
 
 
-def check_model_supported(model: Any, cfg: TrainConfig) -> None:
+def check_model_supported(model: Any, cfg: TrainConfig | GenerateConfig) -> None:
     """Reject the knobs that need a seam `model` lacks; the reason names the seam."""
     values = cfg.to_dict()
-    for knob in registry.knobs_of(registry.TRAIN):
+    for knob in registry.knobs_of(cfg.TASK):
         if knob.model_rule is not None and (why := knob.model_rule(model, values)) is not None:
             raise UnsupportedConfig(knob.name, why)
 

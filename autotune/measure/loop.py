@@ -36,7 +36,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -69,19 +69,38 @@ def measure(spec: RunSpec, cfg: TrainConfig, device_info: DeviceInfo | None = No
     """Run `cfg` on `spec` and measure it. A configuration that fails (unsupported, out of
     memory, a crash inside torch) comes back as a Measurement with that outcome; bad input
     from the user (UsageError) is raised."""
+    return measured_run(
+        spec.device,
+        spec.memory_limit_bytes,
+        spec.model,
+        cfg,
+        device_info,
+        lambda info, session, host: _Run(spec, cfg, info, session, host).execute(),
+    )
+
+
+Run = Callable[[DeviceInfo, "CudaSession | HostSession", ProcessTreeMemory], Measurement]
+
+
+def measured_run(
+    device: str, memory_limit_bytes: int | None, model: str, cfg: Any, device_info: DeviceInfo | None, run: Run
+) -> Measurement:
+    """`run(info, session, host)` on `device` (the training loop's, or generation's:
+    `measure.generation`), after the device's rules for `cfg`, with the process tree's memory
+    watched; a failure comes back as a Measurement of its outcome, bad input (UsageError) is raised."""
     started = time.perf_counter()
-    device = measured_device(spec.device)
+    device = measured_device(device)
     info = device_info or describe(device)
-    session = session_for(device, info, spec.memory_limit_bytes)
+    session = session_for(device, info, memory_limit_bytes)
     try:
         check_supported(cfg, DeviceCapabilities.detect(info.kind, info.capability_tuple))
         with ProcessTreeMemory() as host:  # this process, its DataLoader workers and their children
-            result = _Run(spec, cfg, info, session, host).execute()
+            result = run(info, session, host)
     except UsageError:
         raise
     except Exception as exc:
         outcome, reason = outcomes.classify_exception(exc)
-        result = Measurement.failed(cfg.to_dict(), outcome, reason, device=info.to_dict(), model={"name": spec.model})
+        result = Measurement.failed(cfg.to_dict(), outcome, reason, device=info.to_dict(), model={"name": model})
         session.release()
     result.phase_s["total"] = time.perf_counter() - started
     return result

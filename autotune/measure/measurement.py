@@ -75,6 +75,10 @@ class Measurement:
     model: dict[str, Any] = field(default_factory=dict)
     device: dict[str, Any] = field(default_factory=dict)
     phase_s: dict[str, float] = field(default_factory=dict)  # setup, warmup, timed, total
+    # A generation run's own figures (`measure.generation.GenerationFigures`: time to first token
+    # and per-token latency p50/p99, prefill tokens/s, the correctness check); None for training.
+    # Its tokens_per_sec is output tokens/s at the batch.
+    generation: dict[str, Any] | None = None
 
     @property
     def tokens_per_joule(self) -> float | None:

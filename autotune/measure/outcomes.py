@@ -2,8 +2,13 @@
 
     ok                  measured, within the memory limit
     over_memory_limit   measured, but its peak memory is above the limit (infeasible)
-    diverged            measured, but the training loss ended NaN or infinite: the speed of
-                        a run that does not train is no answer (never the best)
+    diverged            measured, but the training loss ended NaN or infinite, or generation's
+                        greedy tokens left the eager float32 reference's: the speed of a run that
+                        does not train, or generates something else, is no answer (never the best)
+    recompiled          measured, but something compiled or recorded a CUDA graph while the
+                        generation runs were timed: in use it would too, and the figures hold
+                        compiler time (infeasible, never the best; a generation trial's
+                        `recompiles` constraint)
     predicted_over_limit  not run: the study's memory model (search.memory_model) predicts its
                         peak over the limit by a clear margin, from trials of the same knobs at
                         other token budgets (infeasible, never the best)
@@ -46,6 +51,7 @@ class Outcome(str, enum.Enum):
     INTERRUPTED = "interrupted"
     PREDICTED_OVER_LIMIT = "predicted_over_limit"
     KILLED = "killed"
+    RECOMPILED = "recompiled"
 
     __str__ = str.__str__  # "ok", not "Outcome.OK", in messages and f-strings
     __format__ = str.__format__
@@ -69,14 +75,15 @@ CRASHED = Outcome.CRASHED
 INTERRUPTED = Outcome.INTERRUPTED
 PREDICTED_OVER_LIMIT = Outcome.PREDICTED_OVER_LIMIT
 KILLED = Outcome.KILLED
+RECOMPILED = Outcome.RECOMPILED
 
 # Outcomes that measured a throughput the sampler can learn from.
-MEASURED = (OK, OVER_MEMORY_LIMIT)
+MEASURED = (OK, OVER_MEMORY_LIMIT, RECOMPILED)
 # Outcomes that say "this region does not fit": recorded as infeasible, not as failures.
 INFEASIBLE = (OVER_MEMORY_LIMIT, OOM)
 # Outcomes whose recorded peak memory is a measurement of the whole run (a diverged run's
 # memory is real even though its speed is no answer): what the memory model fits.
-MEASURED_MEMORY = (OK, OVER_MEMORY_LIMIT, DIVERGED)
+MEASURED_MEMORY = (OK, OVER_MEMORY_LIMIT, DIVERGED, RECOMPILED)
 # The memory constraint of an infeasible trial whose peak is unknown (it ran out of memory, or
 # the CPU watchdog stopped it): "over by an unknown amount", counted as twice the limit.
 UNKNOWN_EXCESS = 1.0
@@ -159,6 +166,27 @@ def decide_measured(
             limit += f" less {headroom:.0%} headroom ({format_bytes(allowed)})"
         return OVER_MEMORY_LIMIT, f"peak memory {format_bytes(peak_memory_bytes)} is above {limit}"
     return OK, None
+
+
+def decide_generated(
+    peak_memory_bytes: int | None,
+    memory_limit_bytes: int | None,
+    *,
+    divergence: str | None,
+    recompiles: int,
+    headroom: float = 0.0,
+) -> tuple[str, str | None]:
+    """A generation run that finished: diverged when its greedy tokens left the reference's
+    (`divergence` says where), recompiled when anything compiled while it was timed, else as
+    memory decides (`decide_measured`)."""
+    if divergence is not None:
+        return DIVERGED, divergence
+    if recompiles:
+        return RECOMPILED, (
+            f"{recompiles} compile event(s) while the generations were timed (a recompile or a CUDA graph "
+            "recorded): it would recompile in use, and the figures hold compiler time"
+        )
+    return decide_measured(peak_memory_bytes, memory_limit_bytes, headroom=headroom)
 
 
 def feasible_peak_bytes(memory_limit_bytes: int, headroom: float) -> int:
@@ -319,7 +347,7 @@ def reproduction_failures(
 ) -> list[str]:
     """Why a re-measured recipe does not reproduce its record; empty when it does."""
     failures = []
-    if outcome not in MEASURED:
+    if outcome not in MEASURED or outcome == RECOMPILED:  # a run that recompiled while timed is no reproduction
         failures.append(f"the run ended {outcome}" + (f": {reason.splitlines()[0]}" if reason else ""))
     if tokens_per_sec is not None and tokens_per_sec < (1 - tolerance) * recorded_tokens_per_sec:
         failures.append(

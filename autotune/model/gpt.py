@@ -5,7 +5,8 @@ from the outside, on our models and on the user's alike, by finding the transfor
 Two seams let knobs reach inside: `head_loss` (the final norm, lm_head and the loss, from
 the last hidden states: what compile_scope=blocks+head compiles) and `linear_cross_entropy`
 (how that loss is computed: what loss_impl swaps). `document_ids` in forward makes attention
-stop at document boundaries (attention_mask=document, packed batches)."""
+stop at document boundaries (attention_mask=document, packed batches). `forward_cached` is the
+generation path: a forward over a KV cache (`model.kv_cache`; the decode loop is `model.decode`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autotune.model.attention import document_causal_mask, flex_attention
+from autotune.model.kv_cache import CachedCall
 from autotune.model.loss import LinearCrossEntropy, standard_linear_cross_entropy
 from autotune.model.sizes import GPTConfig
 
@@ -28,12 +30,16 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.n_head = config.n_head
 
-    def forward(self, x: torch.Tensor, block_mask=None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, block_mask=None, cached: CachedCall | None = None, layer: int = 0
+    ) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         # (B, T, C) -> (B, nh, T, hs)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        if block_mask is None:
+        if cached is not None:  # generation: through the KV cache (`model.kv_cache`)
+            y = cached.attend(layer, q, k, v)
+        elif block_mask is None:
             # No mask: sequences are right-padded, so with causal attention no real token ever
             # attends to a pad, and pad targets are ignored by the loss. This keeps flash usable.
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
@@ -60,8 +66,10 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, block_mask=None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), block_mask)
+    def forward(
+        self, x: torch.Tensor, block_mask=None, cached: CachedCall | None = None, layer: int = 0
+    ) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), block_mask, cached, layer)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -132,3 +140,12 @@ class GPT(nn.Module):
         """The head, from the last hidden states (B, T, C): final norm, lm_head and the mean
         cross-entropy over non-pad labels. The one place the loss is computed."""
         return self.linear_cross_entropy(self.transformer.ln_f(hidden), self.lm_head.weight, labels)
+
+    def forward_cached(self, input_ids: torch.Tensor, positions: torch.Tensor, cached: CachedCall) -> torch.Tensor:
+        """Generation's forward: input_ids and their positions (B, T) (left-padded prompts have
+        per-row positions), keys and values through `cached`. Returns the logits of the last
+        position only, (B, vocab): all a greedy step needs (gpt-fast's prefill does the same)."""
+        x = self.transformer.wte(input_ids) + self.transformer.wpe(positions)
+        for layer, block in enumerate(self.transformer.h):
+            x = block(x, cached=cached, layer=layer)
+        return self.lm_head(self.transformer.ln_f(x[:, -1]))

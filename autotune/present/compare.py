@@ -12,7 +12,7 @@ from typing import Any, Iterable, Sequence
 
 import optuna
 
-from autotune.config import KNOBS, normalize_config_dict
+from autotune.config import GENERATE_KNOBS, KNOBS, normalize_config_dict
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.present.importance import TOP_IMPORTANCES, Importance, knob_importance
@@ -35,6 +35,8 @@ from autotune.study.references import BASELINE, CHECKLIST
 from autotune.study.storage import load_ref
 from autotune.study.summary import StudySummary, summarize
 from autotune.study.urls import redact
+
+ALL_KNOBS = KNOBS + GENERATE_KNOBS  # a training study's knobs, then a generation study's
 
 # --- facts about one study ---------------------------------------------------------------------
 
@@ -66,6 +68,10 @@ class StudyView:
         return self.summary.best.measurement if self.summary.best else None
 
     @property
+    def task(self) -> str:
+        return self.attrs.get("task") or "train"  # a study made before generation studies trained
+
+    @property
     def torch_version(self) -> str | None:
         software = (self.attrs.get("autotune") or {}).get("software") or {}
         return self.hardware.get("torch") or software.get("torch")
@@ -81,7 +87,7 @@ def view_study(study: optuna.Study, ref: str, label: str | None = None) -> Study
 
 def differing_knobs(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     a, b = normalize_config_dict(a), normalize_config_dict(b)
-    order = list(KNOBS) + sorted((set(a) | set(b)) - set(KNOBS))
+    order = list(ALL_KNOBS) + sorted((set(a) | set(b)) - set(ALL_KNOBS))
     return [k for k in order if (k in a or k in b) and a.get(k) != b.get(k)]
 
 
@@ -124,8 +130,9 @@ def _finished_with_config(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
 
 def cross_apply(source: StudyView, target: StudyView) -> CrossResult | None:
     """The exact configuration when `target` ran it (a measured run preferred to, e.g., an
-    OOM), else the measured trial that differs from it in the fewest knobs."""
-    if source.summary.best is None:
+    OOM), else the measured trial that differs from it in the fewest knobs. None for a study of
+    another task (a training configuration says nothing of a generation study)."""
+    if source.summary.best is None or source.task != target.task:
         return None
     config = normalize_config_dict(source.best_config)
     result = CrossResult(source.label, target.label, source.summary.best.number, "none")
@@ -185,7 +192,7 @@ def load_comparison(refs: Sequence[str]) -> Comparison:
 
 def compare_views(views: list[StudyView]) -> Comparison:
     configs = [normalize_config_dict(v.best_config) for v in views if v.best_config is not None]
-    knobs = [k for k in KNOBS if any(k in c for c in configs)]
+    knobs = [k for k in ALL_KNOBS if any(k in c for c in configs)]
     differ = [k for k in knobs if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
     cross = [r for s in views for t in views if s is not t for r in [cross_apply(s, t)] if r is not None]
     return Comparison(views, knobs, differ, cross, comparability_notes(views))
@@ -194,6 +201,12 @@ def compare_views(views: list[StudyView]) -> Comparison:
 def comparability_notes(views: Sequence[StudyView]) -> list[str]:
     """Tokens/s compare across devices only for the same model, data and context length."""
     notes = []
+    tasks = sorted({v.task for v in views})
+    if len(tasks) > 1:
+        notes.append(
+            f"the studies tune different tasks ({', '.join(tasks)}): a training study's tokens/s are training tokens, "
+            "a generation study's output tokens; side by side, not comparable"
+        )
     for key, what in (("model", "models"), ("data", "data"), ("seq_len", "context lengths")):
         values = {str(v.attrs[key]) for v in views if v.attrs.get(key) is not None}
         if len(values) > 1:
@@ -218,10 +231,13 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
     row("torch", (v.torch_version or "?" for v in views))
     if any(v.hardware.get("cuda") for v in views):
         row("CUDA / driver", (f"{v.hardware.get('cuda') or '-'} / {v.hardware.get('driver') or '-'}" for v in views))
+    row("task", (v.task for v in views))
     row("model", (f"{v.attrs.get('model', '?')} (seq {v.attrs.get('seq_len', '?')})" for v in views))
     row("best trial", (f"#{v.summary.best.number}" if v.summary.best else "none within the limit" for v in views))
     row(
-        "effective tokens/s",
+        "tokens/s"
+        if any(v.task == "generate" for v in views)
+        else "effective tokens/s",  # training's effective, generation's output
         (
             flag_unstable(
                 rate_with_interval(
@@ -235,6 +251,9 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
             for v in views
         ),
     )
+    if any(v.task == "generate" for v in views):
+        row("p99 time per token", (_generation_figure(v, "token_latency_p99_s") for v in views))
+        row("p99 time to first token", (_generation_figure(v, "ttft_p99_s") for v in views))
     row(
         "energy",
         (
@@ -276,6 +295,11 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
         (f"{len(v.summary.trials)}: {counts_text(v.summary.counts)}" if v.summary.trials else "0" for v in views),
     )
     return ["", *[v.label for v in views]], rows
+
+
+def _generation_figure(view: StudyView, key: str) -> str:
+    g = view.best_measurement.generation if view.best_measurement else None
+    return f"{1000 * g[key]:.2f} ms" if g and g.get(key) is not None else "-"
 
 
 def _differ_note(comp: Comparison) -> str:
@@ -326,6 +350,7 @@ def _view_dict(v: StudyView) -> dict[str, Any]:
         "torch": v.torch_version,
         "model": v.attrs.get("model"),
         "seq_len": v.attrs.get("seq_len"),
+        "task": v.task,
         "memory_limit_bytes": v.attrs.get("memory_limit_bytes"),
         "best": None
         if best is None
@@ -339,6 +364,7 @@ def _view_dict(v: StudyView) -> dict[str, Any]:
             "energy_note": m.energy_note if m else None,
             "mfu": m.mfu if m else None,
             "peak_memory_bytes": m.peak_memory_bytes if m else None,
+            **({"generation": m.generation} if m is not None and m.generation is not None else {}),
         },
         **speedup_json(v.summary),
         "importance": v.importance.values,

@@ -30,6 +30,7 @@ from autotune.config import normalize_config_dict
 from autotune.device.disk import check_output_folder, write_bytes_atomic, write_text_atomic
 from autotune.errors import AutotuneError, UsageError
 from autotune.measure import outcomes
+from autotune.present.generation import format_ms, front, is_generation
 from autotune.present.importance import Importance, knob_importance
 from autotune.present.summaries import speedup_text
 from autotune.present.text import (
@@ -510,6 +511,8 @@ def report_sections(study: optuna.Study, summary: StudySummary, importance: Impo
     ]
     if refs:
         sections.append(Section("Reference trials", ["reference", "trial", "effective tokens/s"], refs))
+    if is_generation(summary):
+        sections.append(_front_section(summary))
     sections.append(
         Section(
             "Outcomes",
@@ -532,6 +535,26 @@ def report_sections(study: optuna.Study, summary: StudySummary, importance: Impo
         )
     )
     return sections
+
+
+def _front_section(summary: StudySummary) -> Section:
+    """A generation study's throughput/latency front (`present.generation.front`)."""
+    rows = [
+        [
+            f"#{p.trial.number}",
+            format_rate(p.tokens_per_sec),
+            format_ms(p.token_p99_s),
+            format_ms(p.trial.measurement.generation.get("ttft_p99_s")),
+            config_summary(p.trial.config or {}),
+        ]
+        for p in front(summary.trials)
+    ]
+    return Section(
+        "Throughput/latency front",
+        ["trial", "output tokens/s", "p99 per token", "p99 first token", "configuration"],
+        rows,
+        note="the feasible trials no other is faster than at a lower p99 time per token" if rows else "none yet",
+    )
 
 
 _CSS = """

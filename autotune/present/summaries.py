@@ -8,6 +8,7 @@ from typing import Any
 
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
+from autotune.present.generation import front_json, front_text, generation_best_table, is_generation
 from autotune.present.text import (
     config_summary,
     counts_text,
@@ -119,7 +120,9 @@ def figure_text(trial: TrialRecord) -> str:
 def trial_line(trial: TrialRecord) -> str:
     """One line per finished trial: number, outcome, tokens/s, peak memory, the knobs."""
     outcome = str(trial.outcome) if trial.outcome else trial.state.name.lower()
-    tag = f" [{trial.reference}]" if trial.reference else ""
+    # A generation study's second reference is the article's cure (stored under the checklist's name).
+    cure = trial.reference == "checklist" and "kv_cache" in (trial.config or {})
+    tag = f" [{'cure' if cure else trial.reference}]" if trial.reference else ""
     if trial.proposed_by:
         tag = f" [{trial.proposed_by.replace('_', ' ')}]"
     dup = f" (same as #{trial.duplicate_of})" if trial.duplicate_of is not None else ""
@@ -164,6 +167,8 @@ _SPEEDUP_CAVEATS = {
 
 def best_table(summary) -> str:
     best = summary.best
+    if best.measurement is not None and best.measurement.generation is not None:
+        return generation_best_table(summary)
     m = best.measurement or Measurement.failed({}, outcomes.OK, None)
     rows = [(k, v if not isinstance(v, list) else ",".join(map(str, v)) or "-") for k, v in (best.config or {}).items()]
     rate = rate_with_interval(best.figure, m.tokens_per_sec_ci95)
@@ -204,7 +209,8 @@ def search_summary(result) -> str:
         f"study {printable(summary.name)}: {len(summary.trials)} trials ({counts_text(summary.counts)}); "
         f"memory limit {format_bytes(result.context.memory_limit_bytes)}"
     ]
-    for name, ref in (("baseline", summary.baseline), ("checklist", summary.checklist)):
+    generation = is_generation(summary)
+    for name, ref in (("baseline", summary.baseline), ("cure" if generation else "checklist", summary.checklist)):
         if ref is not None:
             rate = flag_unstable(format_rate(ref.figure), ref.unstable)
             lines.append(f"{name:<10} #{ref.number}: {rate} tok/s ({ref.outcome})")
@@ -222,6 +228,8 @@ def search_summary(result) -> str:
         lines.append(f"stopped: {stopped.text}")
     if summary.best is not None:
         lines += ["", best_table(summary)]
+        if generation:
+            lines += ["", front_text(summary.trials)]
         if summary.best.unstable:
             lines.append(
                 f"\nthe best, #{summary.best.number}, was measured UNSTABLE (its step times varied): "
@@ -290,6 +298,7 @@ def summary_json(result) -> dict[str, Any]:
         "skipped_predicted_over_limit": s.counts.get(outcomes.PREDICTED_OVER_LIMIT, 0),
         "stages": getattr(result, "stages", None),
         "stopped": result.stopped.to_dict() if getattr(result, "stopped", None) is not None else None,
+        **({"task": "generate", "front": front_json(s.trials)} if is_generation(s) else {}),
     }
 
 
@@ -313,6 +322,8 @@ def show_text(study, summary, limit: int) -> str:
         lines.append(trial_line(trial))
     if summary.best is not None:
         lines += ["", best_table(summary)]
+        if is_generation(summary):
+            lines += ["", front_text(summary.trials)]
     else:
         lines.append("\n" + summary.no_best_reason)
     return "\n".join(lines)
@@ -329,6 +340,7 @@ def show_json(study, summary) -> dict[str, Any]:
         "best": _trial_json(s.best) if s.best else None,
         **speedup_json(s),
         "trials": [_trial_json(t) for t in _ranked(s)],
+        **({"task": "generate", "front": front_json(s.trials)} if is_generation(s) else {}),
     }
 
 

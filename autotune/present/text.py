@@ -96,6 +96,8 @@ def device_memory_text(hw: Mapping[str, Any]) -> str:
 
 def config_summary(config: Mapping[str, Any]) -> str:
     """The knobs that matter, in one short line."""
+    if "kv_cache" in config:  # a generation configuration
+        return generation_config_summary(config)
     parts = [
         f"amp={config['amp_dtype']}",
         f"compile={config['compile_mode']}",
@@ -111,6 +113,20 @@ def config_summary(config: Mapping[str, Any]) -> str:
     layers = config.get("checkpoint_layers") or []
     parts.append(f"ckpt={','.join(map(str, layers)) if layers else '-'}")
     return " ".join(parts)
+
+
+def generation_config_summary(config: Mapping[str, Any]) -> str:
+    """A generation configuration's knobs, in one short line."""
+    compiled = config.get("decode_compile", "none")
+    if compiled != "none" and config.get("compile_prefill"):
+        compiled += "+prefill"
+    sdpa = config.get("decode_sdpa")
+    if config.get("prefill_sdpa") != sdpa:
+        sdpa = f"{config.get('prefill_sdpa')}/{sdpa}"
+    return (
+        f"batch={config.get('batch_size')} cache={config.get('kv_cache')} compile={compiled} "
+        f"dtype={config.get('dtype')} sdpa={sdpa} bucket={config.get('prompt_bucket')}"
+    )
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

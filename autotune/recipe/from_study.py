@@ -7,7 +7,8 @@ from pathlib import Path
 
 import optuna
 
-from autotune.config import TrainConfig
+from autotune import registry
+from autotune.config import config_class
 from autotune.device.info import software_versions
 from autotune.errors import UsageError
 from autotune.recipe.recipe import Recipe, now_iso, recipe_measured
@@ -38,11 +39,14 @@ def recipe_from_trial(
         energies = [e for e in (m.joules_per_token, confirmation.joules_per_token) if e is not None]
         if len(energies) == 2:
             measured["joules_per_token"] = sum(energies) / 2
+    task = study_attrs.get("task", registry.TRAIN)
+    if task == registry.GENERATE and m is not None:
+        measured["generation"] = m.generation  # time to first token, per-token latency, the check
     leaders = [c for c in summary.leaders if c.remeasured]
     if len(leaders) > 1:  # the winner was chosen among several: say among which, and by what
         measured["leaders"] = [{"trial": c.number, "runs": list(c.values), "mean": c.mean} for c in leaders]
     return Recipe(
-        config=TrainConfig.from_dict(trial.config),
+        config=config_class(task).from_dict(trial.config),
         model={**(m.model if m else {}), "name": study_attrs.get("model")},
         data=study_attrs.get("data", "synthetic"),
         measured=measured,
@@ -61,6 +65,8 @@ def recipe_from_trial(
         created=now_iso(),
         # The study's global batch: every trial reached it by accumulating token_budget micro-batches.
         global_batch_tokens=(study_attrs.get("run") or {}).get("global_batch_tokens"),
+        task=task,
+        workload=dict(study_attrs.get("workload") or {}),
     )
 
 

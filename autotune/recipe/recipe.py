@@ -4,7 +4,11 @@ Format `autotune.recipe` version 1 (JSON, read as strict JSON; a .yaml or .yml f
 YAML, safe loader only):
 
     format, version            "autotune.recipe", 1
-    config                     every knob (TrainConfig), checkpoint_layers as explicit indices
+    task                       "generate" for a generation recipe (absent: "train")
+    config                     every knob of the task (TrainConfig, or GenerateConfig), checkpoint_layers as
+                               explicit indices
+    workload                   a generation recipe's: prompt lengths (min, max, mean, the list), new_tokens,
+                               agree_tokens (`search.generate`)
     batch                      micro_batch_tokens (= config.token_budget), accumulation_steps,
                                global_batch_tokens (null: one micro-batch per optimizer step);
                                a recipe without it (older) accumulates nothing
@@ -16,7 +20,9 @@ YAML, safe loader only):
                                compile_time_s, gpu_utilization, unstable; tokens_per_sec_ci95
                                (95 % interval), joules_per_token, energy_source, energy_note
                                (why there is no energy figure), objective, leaders (the
-                               re-measured configurations the winner was chosen among)
+                               re-measured configurations the winner was chosen among); a generation
+                               recipe's tokens_per_sec is output tokens/s, and `generation` holds its
+                               own figures (time to first token, per-token latency, the correctness check)
     reference_speedups         {"baseline": x, "checklist": y} (best over each reference trial)
     reference_flags            {"baseline": ["unstable"], ...}: what makes a speedup less than it
                                says (`unstable`: the reference's step times varied beyond the
@@ -48,6 +54,8 @@ In a training script (the recipe applies itself; see `Recipe.dataloader` for the
         if recipe.optimizer_step_due(i):                # every accumulation_steps-th micro-batch
             scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
 
+In a generation script: `recipe.apply_to_generation(model)` (`recipe.generation`).
+
 Importing this module does not import torch; the training-side methods do, when called.
 """
 
@@ -62,13 +70,16 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 import yaml
 
+from autotune import registry
 from autotune.config import (
     MAX_GLOBAL_BATCH_TOKENS,
     MAX_TOKEN_BUDGET,
+    GenerateConfig,
     JsonProblem,
     TrainConfig,
     accumulation_steps,
     check_int,
+    config_class,
     is_finite_number,
     load_json,
     load_yaml,
@@ -105,12 +116,14 @@ _KEYS = {
     "software",
     "study",
     "created",
+    "task",
+    "workload",
 }
 
 
 @dataclass
 class Recipe:
-    config: TrainConfig
+    config: TrainConfig | GenerateConfig
     model: dict[str, Any] = field(default_factory=dict)
     data: str = "synthetic"
     measured: dict[str, Any] = field(default_factory=dict)
@@ -123,10 +136,14 @@ class Recipe:
     # Positions per optimizer step (padding included), reached by accumulating token_budget
     # micro-batches; None: one micro-batch per optimizer step. Written as the `batch` section.
     global_batch_tokens: int | None = None
+    task: str = registry.TRAIN  # what it tunes: training, or text generation ("generate")
+    workload: dict[str, Any] = field(default_factory=dict)  # a generation recipe's prompts and new tokens
     # The file it was read from (`load`), for messages; not a field: never written, never compared.
     source: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
+        if self.config.TASK != self.task:
+            raise UsageError(f"recipe: a {self.task} recipe with a {type(self.config).__name__}")
         if self.global_batch_tokens is not None:
             check_int("global_batch_tokens", self.global_batch_tokens, minimum=1, maximum=MAX_GLOBAL_BATCH_TOKENS)
             try:
@@ -166,7 +183,9 @@ class Recipe:
         del data["global_batch_tokens"]
         if not self.reference_flags:  # nothing flagged: the file stays readable by an autotune without the section
             del data["reference_flags"]
-        data["batch"] = self.batch_section()  # last: the sections before it keep their places
+        if self.task == registry.TRAIN:  # a training recipe reads as it always has: no task, no workload
+            del data["task"], data["workload"]
+            data["batch"] = self.batch_section()  # last: the sections before it keep their places
         data["study"] = _redacted(data["study"])  # never a password in a file or an export
         # Through JSON: plain types only (torch.__version__ is a str subclass that
         # yaml.safe_dump refuses; tuples become lists), whatever the fields were built from.
@@ -216,13 +235,25 @@ class Recipe:
             raise UsageError(f"{where}: unknown key {unknown[0]!r}")
         if not isinstance(raw.get("config"), dict):
             raise UsageError(f"{where}: config must be a mapping of knobs")
-        for key in ("model", "measured", "reference_speedups", "reference_flags", "hardware", "software", "study"):
+        task = raw.get("task", registry.TRAIN)
+        if task not in registry.TASKS:
+            raise UsageError(f"{where}: task must be one of {', '.join(registry.TASKS)}, got {_shown(task)}")
+        for key in (
+            "model",
+            "measured",
+            "reference_speedups",
+            "reference_flags",
+            "hardware",
+            "software",
+            "study",
+            "workload",
+        ):
             if not isinstance(raw.get(key, {}), dict):
                 raise UsageError(f"{where}: {key} must be a mapping")
         for key in ("data", "created"):
             if key in raw and not isinstance(raw[key], str):
                 raise UsageError(f"{where}: {key} must be text, got {_shown(raw[key])}")
-        config = TrainConfig.from_dict(raw["config"], where=f"{where}: config")
+        config = config_class(task).from_dict(raw["config"], where=f"{where}: config")
         model = raw.get("model", {})
         _check_fields(model, _MODEL_FIELDS, where=f"{where}: model")
         measured = raw.get("measured", {})
@@ -234,7 +265,11 @@ class Recipe:
         _check_fields(flags, {name: _speedup_flags for name in flags}, where=f"{where}: reference_flags")
         study = _redacted(raw.get("study", {}))  # a hand-made recipe may hold a password
         _check_fields(study, _STUDY_FIELDS, where=f"{where}: study")
-        global_batch = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
+        if task == registry.TRAIN:
+            global_batch = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
+        else:
+            global_batch = None
+            _check_workload(raw.get("workload", {}), where=f"{where}: workload")
         return cls(
             config=config,
             model=model,
@@ -247,6 +282,8 @@ class Recipe:
             study=study,
             created=raw.get("created", ""),
             global_batch_tokens=global_batch,
+            task=task,
+            workload=raw.get("workload", {}),
         )
 
     # --- running it here ------------------------------------------------------------------
@@ -306,6 +343,7 @@ class Recipe:
         from autotune.knobs.apply import apply_model_knobs
         from autotune.knobs.precision import set_tf32
 
+        self._require(registry.TRAIN, "apply_to_model")
         if self.config.amp_dtype == "tf32":
             set_tf32(True)
         if device is not None:
@@ -396,6 +434,24 @@ class Recipe:
 
         return grad_scaler(device_kind(device_type), self.config.amp_dtype)
 
+    def apply_to_generation(
+        self, model: "torch.nn.Module", *, device: "str | torch.device | None" = None, max_len: int | None = None
+    ) -> Any:
+        """What to call to generate as the recipe measured (`recipe.generation.TunedGeneration`):
+        the model cast to the recipe's dtype; for autotune's GPT its decode loop with the recipe's
+        cache, compile and attention kernels; for a transformers model the GenerationConfig fields
+        `generate` takes (`.generate_kwargs`). `max_len`: the longest sequence (prompt plus new
+        tokens) a static cache must hold, if longer than the recipe's workload."""
+        from autotune.recipe.generation import TunedGeneration
+
+        self._require(registry.GENERATE, "apply_to_generation")
+        return TunedGeneration(self, model, device=device, max_len=max_len)
+
+    def _require(self, task: str, method: str) -> None:
+        if self.task != task:
+            other = "apply_to_generation" if self.task == registry.GENERATE else "apply_to_model and dataloader"
+            raise UsageError(f"{method}: this is a {self.task} recipe ({self.source or 'no file'}): use {other}")
+
     # --- provenance --------------------------------------------------------------------------
 
     def differences_from_here(self, device: str | None = None) -> list[str]:
@@ -484,6 +540,7 @@ _MEASURED_FIELDS: dict[str, Callable[[Any], bool]] = {
     "energy_source": _text,
     "energy_note": _text,
     "objective": _text,
+    "generation": lambda v: v is None or isinstance(v, dict),
 }
 _STUDY_FIELDS: dict[str, Callable[[Any], bool]] = {"name": _text, "storage": _text, "trial": _count}
 _EXPECTED = {
@@ -544,6 +601,26 @@ def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> int | None:
     except UnsupportedConfig as exc:
         raise UsageError(f"{where}: {exc}") from None
     return total
+
+
+_WORKLOAD_FIELDS: dict[str, Callable[[Any], bool]] = {
+    "new_tokens": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+    "agree_tokens": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+    "prompt_lens": lambda v: isinstance(v, list) and 0 < len(v) <= 100_000 and all(_count(n) and n >= 1 for n in v),
+    "prompt_len_max": lambda v: _count(v),
+    "prompt_len_min": lambda v: _count(v),
+    "prompt_len_mean": _number,
+}
+
+
+def _check_workload(workload: Mapping[str, Any], *, where: str) -> None:
+    """A generation recipe's workload: its new tokens and prompt lengths, each of its type."""
+    for key in ("new_tokens", "prompt_lens"):
+        if key not in workload:
+            raise UsageError(f"{where}.{key}: missing (a generation recipe says what it generated)")
+    for key, ok in _WORKLOAD_FIELDS.items():
+        if key in workload and not ok(workload[key]):
+            raise UsageError(f"{where}.{key}: not a valid value, got {_shown(workload[key])}")
 
 
 def _check_memory_limit(measured: Mapping[str, Any], *, where: str) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autotune.config import RunSpec, check_runnable_here
+from autotune import registry
+from autotune.config import DEFAULT_AGREE_TOKENS, GenerateSpec, RunSpec, check_runnable_here, check_workload_fits
 from autotune.device import describe
 from autotune.errors import UsageError
 from autotune.measure import outcomes
@@ -144,15 +145,21 @@ def verify_recipe(
     process first, under the timeout), the data, the workers this machine can start, and the
     record itself (a limit below its own peak is a recipe that cannot pass)."""
     recorded = dict(recipe.measured)
-    recorded_tps = recorded.get("tokens_per_sec")
-    if not isinstance(recorded_tps, (int, float)) or recorded_tps <= 0:
-        raise UsageError("the recipe records no tokens_per_sec (measured.tokens_per_sec): nothing to verify against")
-    limit = recorded.get("memory_limit_bytes")
-    recorded_peak = recorded.get("peak_memory_bytes")
-    if isinstance(limit, int) and isinstance(recorded_peak, int) and recorded_peak > limit:
-        raise UsageError(
-            f"the recipe records a peak of {format_bytes(recorded_peak)} above its own memory limit "
-            f"{format_bytes(limit)} (measured.memory_limit_bytes): it is inconsistent, there is nothing to verify"
+    recorded_tps = _recorded_rate(recorded)
+    if recipe.task == registry.GENERATE:
+        if data is not None:
+            raise UsageError("--data is for a training recipe; a generation recipe runs its own workload")
+        return _verify_generation(
+            recipe,
+            recorded,
+            device=device,
+            tolerance=tolerance,
+            steps=steps,
+            warmup=warmup,
+            min_time_s=min_time_s,
+            timeout_s=timeout_s,
+            model=model,
+            allow_model_import=allow_model_import,
         )
     spec = recipe_run_spec(
         recipe,
@@ -166,8 +173,71 @@ def verify_recipe(
         allow_model_import=allow_model_import,
     )
     trial = run_trial(spec, recipe.config, timeout_s=timeout_s, device=describe(device))
+    return _judged(trial, recorded, recorded_tps, spec.memory_limit_bytes, tolerance)
+
+
+def _recorded_rate(recorded: dict[str, Any]) -> float:
+    """The recorded tokens/s, checked to be something to verify against."""
+    recorded_tps = recorded.get("tokens_per_sec")
+    if not isinstance(recorded_tps, (int, float)) or recorded_tps <= 0:
+        raise UsageError("the recipe records no tokens_per_sec (measured.tokens_per_sec): nothing to verify against")
+    limit = recorded.get("memory_limit_bytes")
+    recorded_peak = recorded.get("peak_memory_bytes")
+    if isinstance(limit, int) and isinstance(recorded_peak, int) and recorded_peak > limit:
+        raise UsageError(
+            f"the recipe records a peak of {format_bytes(recorded_peak)} above its own memory limit "
+            f"{format_bytes(limit)} (measured.memory_limit_bytes): it is inconsistent, there is nothing to verify"
+        )
+    return float(recorded_tps)
+
+
+def _verify_generation(
+    recipe: Recipe,
+    recorded: dict[str, Any],
+    *,
+    device: str,
+    tolerance: float,
+    steps: int,
+    warmup: int,
+    min_time_s: float,
+    timeout_s: float,
+    model: str | None,
+    allow_model_import: bool,
+) -> dict[str, Any]:
+    """A generation recipe measured again on its own workload (prompt lengths, new tokens, the
+    correctness check), in a fresh process, and judged as a training recipe is: output tokens/s
+    against the record, the memory limit, and an outcome that must be ok (a run that recompiled
+    while timed, or left the float32 reference's tokens, fails)."""
+    from autotune.trial.generate import model_facts, run_generation_trial
+
+    limit = recorded.get("memory_limit_bytes")
+    limit = limit if isinstance(limit, int) else None
+    name = recipe.model_to_run(model, allow_import=allow_model_import)
+    _, context, _ = model_facts(name, timeout_s=timeout_s, host_limit_bytes=limit if device == "cpu" else None)
+    workload = recipe.workload
+    spec = GenerateSpec(
+        model=name,
+        device=device,
+        prompt_lens=tuple(workload["prompt_lens"]),
+        new_tokens=workload["new_tokens"],
+        warmup=warmup,
+        steps=steps,
+        min_time_s=min_time_s,
+        memory_limit_bytes=limit,
+        agree_tokens=workload.get("agree_tokens", DEFAULT_AGREE_TOKENS),
+    )
+    check_workload_fits(name, spec.longest_prompt, spec.new_tokens, context)
+    trial = run_generation_trial(spec, recipe.config, timeout_s=timeout_s, device=describe(device))
+    result = _judged(trial, recorded, float(recorded["tokens_per_sec"]), limit, tolerance)
+    if trial.measurement is not None:
+        result["measured"]["generation"] = trial.measurement.generation
+    return result
+
+
+def _judged(trial: Any, recorded: dict[str, Any], recorded_tps: float, limit: int | None, tolerance: float) -> dict:
+    """A re-measurement against the record: the figures side by side, and why it fails (if it does)."""
     m = trial.measurement
-    measured = recipe_measured(m, spec.memory_limit_bytes, recorded.get("memory_headroom")) if m else {}
+    measured = recipe_measured(m, limit, recorded.get("memory_headroom")) if m else {}
     tps, peak = measured.get("tokens_per_sec"), measured.get("peak_memory_bytes")
     recorded_peak = recorded.get("peak_memory_bytes")
     ratio_tps = tps / recorded_tps if tps is not None else None
@@ -179,7 +249,7 @@ def verify_recipe(
         recorded_tokens_per_sec=recorded_tps,
         tolerance=tolerance,
         peak_memory_bytes=peak,
-        memory_limit_bytes=spec.memory_limit_bytes,
+        memory_limit_bytes=limit,
     )
     return {
         "recorded": recorded,

@@ -184,19 +184,7 @@ class Objective:
         if self.on_running:
             self.on_running(trial.number, cfg)
         try:
-            spec = self.ctx.spec
-            # A short first window is judged on tokens/s, and is too short for an energy figure:
-            # under tokens_per_joule every trial is timed in full.
-            if getattr(self, "prune_below", None) is not None and self.ctx.objective != "tokens_per_joule":
-                spec = dataclasses.replace(spec, prune_below_tokens_per_sec=self.prune_below)
-            return run_trial(
-                spec,
-                cfg,
-                timeout_s=self.ctx.trial_timeout_s,
-                device=self.ctx.device,
-                env=self.trial_env,
-                on_start=lambda pid: trial.set_user_attr(record.TRIAL_PID, pid),
-            )
+            return self._measure(cfg, on_start=lambda pid: trial.set_user_attr(record.TRIAL_PID, pid))
         except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
             record.write_stopped(trial, *outcomes.interrupted_by_user(stop_signal_of(exc)))
             raise
@@ -216,15 +204,26 @@ class Objective:
             record.write_stopped(trial, *outcomes.interrupted_by_user(signum))
             trial.study.tell(trial, state=TrialState.FAIL)
 
+    def _measure(self, cfg: TrainConfig, *, on_start: Callable[[int], None]) -> TrialResult:
+        """`cfg` measured in a trial process of its own."""
+        spec = self.ctx.spec
+        # A short first window is judged on tokens/s, and is too short for an energy figure:
+        # under tokens_per_joule every trial is timed in full.
+        if getattr(self, "prune_below", None) is not None and self.ctx.objective != "tokens_per_joule":
+            spec = dataclasses.replace(spec, prune_below_tokens_per_sec=self.prune_below)
+        return run_trial(
+            spec, cfg, timeout_s=self.ctx.trial_timeout_s, device=self.ctx.device, env=self.trial_env, on_start=on_start
+        )
+
     def _record(self, trial: optuna.Trial, result: TrialResult) -> float:
         m = result.measurement
         how = outcomes.recording(result.outcome, has_rate=result.tokens_per_sec is not None)
-        constraint = self._constraint(how, result)
+        constraints = self._constraints(how, result)
 
         def write(target) -> None:  # the trial, or its copy in memory
             record.write_result(target, result.outcome, result.reason, m, phase_s=result.phase_s, wall_s=result.wall_s)
-            if constraint is not None:
-                target.set_constraint(record.MEMORY, constraint)
+            for name, value in constraints.items():
+                target.set_constraint(name, value)
 
         value = objective_value(m.to_dict(), self.ctx.objective) if how is outcomes.Recording.MEASURED else None
         if value is not None:
@@ -239,6 +238,11 @@ class Objective:
         if how is outcomes.Recording.PRUNED:
             raise optuna.TrialPruned(result.reason)
         raise TrialFailed(f"{result.outcome}: {(result.reason or '').splitlines()[0] if result.reason else ''}")
+
+    def _constraints(self, how: outcomes.Recording, result: TrialResult) -> dict[str, float]:
+        """The trial's constraints by name (each feasible when <= 0): its memory's."""
+        constraint = self._constraint(how, result)
+        return {} if constraint is None else {record.MEMORY: constraint}
 
     def _constraint(self, how: outcomes.Recording, result: TrialResult) -> float | None:
         """The trial's memory constraint: from its peak when measured, 1 when it did not fit."""

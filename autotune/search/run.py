@@ -129,11 +129,43 @@ def memory_headroom(settings: SearchSettings) -> float:
     return headroom
 
 
+# The options of one task only, by field, and what they are for.
+GENERATION_ONLY = (
+    "prompt_len",
+    "prompts",
+    "new_tokens",
+    "batch",
+    "max_p99_token_latency_s",
+    "max_ttft_s",
+    "agree_tokens",
+    "fix",
+)
+TRAINING_ONLY = ("data", "seq_len", "global_batch_tokens", "space", "warm_start_from")
+
+
+def check_task_options(settings: SearchSettings) -> None:
+    """Refuse an option of the other task (one line): it would be silently ignored otherwise."""
+    defaults = {name: default for name, _, default in SearchSettings.options()}
+    flags = {name: option.flag for name, option, _ in SearchSettings.options()}
+    other = TRAINING_ONLY if settings.task == "generate" else GENERATION_ONLY
+    given = [name for name in other if getattr(settings, name) != defaults[name]]
+    if given:
+        needs = "--task train (the default)" if settings.task == "generate" else "--task generate"
+        raise UsageError(f"{flags[given[0]]} is an option of {needs}")
+    objectives = {"generate": ("tokens_per_sec", "latency"), "train": ("tokens_per_sec", "tokens_per_joule")}
+    if settings.objective is not None and settings.objective not in objectives[settings.task]:
+        raise UsageError(
+            f"--objective {settings.objective} is not one of --task {settings.task}: "
+            f"{' or '.join(objectives[settings.task])}"
+        )
+
+
 def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     """Validate everything before anything is written: (context, study name, storage URL)."""
     from autotune.model.load import check_model_name
     from autotune.model.sizes import MODEL_SIZES  # without torch
 
+    check_task_options(settings)
     if ":" not in settings.model:
         check_model_name(settings.model)  # a name of ours, or UsageError; imports nothing
     device_name = resolve_device(settings.device)
@@ -192,11 +224,14 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         objective=objective,
         model_dims=dims,
     )
-    name = (
-        check_study_name(settings.study)
-        if settings.study is not None
-        else f"{model_slug(settings.model)}-{device.slug}"
-    )
+    name, url = study_location(settings, f"{model_slug(settings.model)}-{device.slug}")
+    return ctx, name, url
+
+
+def study_location(settings: SearchSettings, default_name: str) -> tuple[str, str]:
+    """The study's name and storage URL, every place it writes checked writable (the storage,
+    the recipe, the trials' temporary folders); a killed tuner's trial folders removed."""
+    name = check_study_name(settings.study) if settings.study is not None else default_name
     if settings.storage:
         parse_storage_url(settings.storage)  # a malformed URL is refused before anything else
     if settings.new_study:
@@ -208,7 +243,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
     check_writable(Path(tempfile.gettempdir()) / "autotune-trial-check", what="temporary folder for trials")
     for path in folders.remove_orphaned_folders():
         log.info("removed %s (a trial folder of a tuner that was killed)", path)
-    return ctx, name, url
+    return name, url
 
 
 def _objective(objective: str | None, device: DeviceInfo) -> str:
@@ -375,13 +410,20 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
 
 def _run_search(settings: SearchSettings, reporter: Reporter | None) -> SearchResult:
     opened = open_search(settings)
+    on_running = reporter.trial_started if reporter else None
+    objective = Objective(opened.ctx, on_running=on_running, memory_model=settings.memory_model)
+    return search_study(opened, objective, settings, reporter)
+
+
+def search_study(
+    opened: OpenedStudy, objective: Objective, settings: SearchSettings, reporter: Reporter | None = None
+) -> SearchResult:
+    """Run the trials of an opened study (a training one, or a generation one: `search.generate`),
+    confirm the leaders, write the best recipe, and say why the search stopped."""
     study, ctx, name, url = opened.study, opened.ctx, opened.name, opened.url
     if is_sqlite(url):
         warn_if_sqlite_shared(study, url)
 
-    objective = Objective(
-        ctx, on_running=reporter.trial_started if reporter else None, memory_model=settings.memory_model
-    )
     salvage = Salvage(study, name, url, recipe_path(settings, name))
     ran = 0
 

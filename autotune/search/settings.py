@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from autotune import environment
-from autotune.config import MAX_GLOBAL_BATCH_TOKENS, MAX_MIN_TIME_S, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS
+from autotune.config import (
+    MAX_GLOBAL_BATCH_TOKENS,
+    MAX_MIN_TIME_S,
+    MAX_NEW_TOKENS,
+    MAX_SEED,
+    MAX_SEQ_LEN,
+    MAX_STEPS,
+)
 
 PASS, PARENT, NEVER = "pass", "parent", "never"
 DEFAULT_TRIAL_CAP = 60  # trials, when --n-trials is not given and the search has not settled
@@ -233,9 +240,109 @@ class SearchSettings:
         Option(
             "--objective",
             "What to maximize under the memory limit: effective tokens/s (default), or tokens per joule "
-            "(needs an energy counter: NVML on a whole GPU, RAPL on a CPU). A resumed study keeps its own.",
+            "(needs an energy counter: NVML on a whole GPU, RAPL on a CPU); with --task generate, output tokens/s "
+            "(default) or latency (the fastest request at batch 1). A resumed study keeps its own.",
             "choice",
-            choices=("tokens_per_sec", "tokens_per_joule"),
+            choices=("tokens_per_sec", "tokens_per_joule", "latency"),
+        ),
+    )
+    # --- text generation (--task generate): the workload and its bounds ---------------------------
+    task: str = setting(
+        "train",
+        Option(
+            "--task",
+            "train: the fastest training step; generate: the fastest text generation (prefill and a greedy "
+            "decode loop) of the workload below.",
+            "choice",
+            choices=("train", "generate"),
+            show_default=True,
+            worker=NEVER,  # --devices runs training workers only
+        ),
+    )
+    prompt_len: int | None = setting(
+        None,
+        Option(
+            "--prompt-len",
+            "generate: prompt length in tokens (default 32, unless --prompts).",
+            "int",
+            minimum=1,
+            maximum=MAX_SEQ_LEN,
+            metavar="N",
+            worker=NEVER,  # --devices runs training workers only
+        ),
+    )
+    prompts: str | None = setting(
+        None,
+        Option(
+            "--prompts",
+            "generate: a file of prompts whose token-length distribution is the workload (PATH.txt: one prompt a "
+            'line; PATH.jsonl: {"prompt": ...} or {"text": ...} a line).',
+            metavar="PATH",
+            worker=NEVER,  # --devices runs training workers only
+        ),
+    )
+    new_tokens: int | None = setting(
+        None,
+        Option(
+            "--new-tokens",
+            "generate: tokens generated for each prompt, always that many (default 32).",
+            "int",
+            minimum=1,
+            maximum=MAX_NEW_TOKENS,
+            metavar="M",
+            worker=NEVER,  # --devices runs training workers only
+        ),
+    )
+    batch: str | None = setting(
+        None,
+        Option(
+            "--batch",
+            "generate: batch sizes to search: 1-8 (powers of two in the range), 1,2,4 or 4 (fixed). Default 1,2,4 "
+            "on a CPU, 1-64 on CUDA; --objective latency fixes 1.",
+            metavar="SIZES",
+            worker=NEVER,  # --devices runs training workers only
+        ),
+    )
+    max_p99_token_latency_s: float | None = setting(
+        None,
+        Option(
+            "--max-p99-token-latency",
+            "generate: feasible only if the p99 time per output token is at most this, e.g. 40ms (an Optuna "
+            "constraint).",
+            "duration",
+            worker=NEVER,  # --devices runs training workers only
+        ),
+    )
+    max_ttft_s: float | None = setting(
+        None,
+        Option(
+            "--max-ttft",
+            "generate: feasible only if the p99 time to first token is at most this, e.g. 200ms (an Optuna "
+            "constraint).",
+            "duration",
+            worker=NEVER,  # --devices runs training workers only
+        ),
+    )
+    fix: str | None = setting(
+        None,
+        Option(
+            "--fix",
+            "generate: generation knobs held at a value, the others searched: e.g. decode_compile=none,dtype=float32.",
+            metavar="KNOB=VALUE,...",
+            worker=NEVER,  # --devices runs training workers only
+        ),
+    )
+    agree_tokens: int | None = setting(
+        None,
+        Option(
+            "--agree-tokens",
+            "generate: in float16/bfloat16, the greedy tokens must match the eager float32 reference on this many "
+            "first tokens (default 8; float32 must match on every token).",
+            "int",
+            minimum=1,
+            maximum=MAX_NEW_TOKENS,
+            metavar="K",
+            worker=NEVER,  # --devices runs training workers only
         ),
     )
     # Skip configurations the study's trials predict over the memory limit (search.memory_model).

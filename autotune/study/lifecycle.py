@@ -75,6 +75,10 @@ class StudyContext:
     def capabilities(self) -> DeviceCapabilities:
         return DeviceCapabilities.detect(self.device.kind, self.device.capability_tuple)
 
+    def attrs(self) -> dict[str, Any]:
+        """The study attrs a new study of this context is given (its identity among them)."""
+        return study_attrs(self)
+
     def identity(self) -> dict[str, Any]:
         return {
             "model": self.spec.model,
@@ -251,7 +255,7 @@ def worker_seed(seed: int, n_trials: int, pid: int | None = None) -> int:
 
 
 def _set_up(study: optuna.Study, ctx: StudyContext, on_create: Callable[[optuna.Study], None] | None = None) -> None:
-    attrs = study_attrs(ctx)
+    attrs = ctx.attrs()  # a training study's, or a generation study's (`search.generate`)
     identity = attrs.pop(READY_ATTR)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
@@ -283,12 +287,16 @@ def _identity_mismatch(stored: dict[str, Any], current: dict[str, Any]) -> tuple
     # Not the device UUID: workers on several GPUs of one model (--devices, a fleet of hosts)
     # feed one study. The device name (model) must match; which unit it is need not.
     labels = {
+        "task": "task",
         "model": "model",
         "data": "data",
         "seq_len": "context length",
         "device_name": "device",
         "space_hash": "search space (hash)",
+        "workload": "generation workload",  # a generation study's prompts and new tokens
     }
+    # A study made before generation studies is a training one (its identity names no task).
+    stored, current = {"task": "train", **stored}, {"task": "train", **current}
     for key, label in labels.items():
         if stored.get(key) != current.get(key):
             return f"{label} {stored.get(key)}", f"{label} {current.get(key)}"

@@ -6,7 +6,8 @@ optuna-dashboard shows them as they are. Every reader of a study (the summary, `
 `compare`, `report`, a warm start, the memory model, the recipe) reads them through this type,
 and decides feasibility by one rule (`TrialRecord.feasible`):
 
-    feasible  =  COMPLETE, outcome ok, and a memory constraint <= 0 where one is recorded
+    feasible  =  COMPLETE, outcome ok, and every constraint <= 0 where one is recorded (memory; a
+                 generation study's recompiles and latency bounds)
 
 The outcome of a measured run is decided against the limit less the study's headroom (what a
 feasible worst-case peak may be), so `ok` and feasible say the same thing. A study recorded
@@ -108,6 +109,9 @@ class TrialRecord:
     measurement: Measurement | None = None
     value: float | None = None  # Optuna's value: the objective's figure
     memory_constraint: float | None = None  # <= 0 feasible (outcomes.memory_constraint)
+    # Every constraint by name (memory; a generation study's recompiles and latency bounds too):
+    # feasible only with each <= 0
+    constraints: dict[str, float] = field(default_factory=dict)
     tokens_per_sec: float | None = None  # this trial's own run
     peak_memory_bytes: int | None = None
     reference: str | None = None  # baseline, checklist
@@ -151,6 +155,7 @@ class TrialRecord:
             measurement=measurement,
             value=trial.value if trial.state is TrialState.COMPLETE else None,
             memory_constraint=constraint,
+            constraints=dict(trial.constraints or {}),
             tokens_per_sec=_number(a.get(TOKENS_PER_SEC)),
             peak_memory_bytes=_integer(a.get(PEAK)),
             reference=a.get(REFERENCE_ATTR) if isinstance(a.get(REFERENCE_ATTR), str) else None,
@@ -174,6 +179,7 @@ class TrialRecord:
             self.state is TrialState.COMPLETE
             and self.outcome is Outcome.OK
             and (self.memory_constraint is None or self.memory_constraint <= 0)
+            and all(value <= 0 for value in self.constraints.values())
         )
 
     @property

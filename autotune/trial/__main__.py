@@ -1,6 +1,8 @@
 """The trial process: `python -m autotune.trial MODE REQUEST RESULT PARENT_PID`.
 
     --measure   run one measurement and write it (a search trial, `verify`, the confirmation run)
+    --generate  run one generation measurement and write it (a generation trial, its `verify`)
+    --prompts   read a prompts file's token lengths (`data.prompts`; the tokenizers import torch)
     --soak      run a recipe's configuration for an epoch or N steps, in windows (`verify --soak`)
     --probe     build the model and, for a file, the dataset, and write what the tuner needs of
                 them (context length, depth, vocabulary): a user's factory runs here, under a
@@ -36,6 +38,10 @@ def main(argv: list[str]) -> int:
         payload = _probe(request)
     elif mode == "--soak":
         payload = _soak(request)
+    elif mode == "--generate":
+        payload = _generate(request, started)
+    elif mode == "--prompts":
+        payload = _prompts(request)
     else:
         payload = _measure(request, started)
     return _write_result(payload, result_path)
@@ -62,22 +68,45 @@ def _write_result(payload: dict[str, Any], result_path: str) -> int:
 
 def _measure(request: dict[str, Any], started: float) -> dict[str, Any]:
     from autotune.config import RunSpec, TrainConfig
+    from autotune.measure.loop import measure
+
+    return _measured(request, started, RunSpec, TrainConfig, measure)
+
+
+def _generate(request: dict[str, Any], started: float) -> dict[str, Any]:
+    from autotune.config import GenerateConfig, GenerateSpec
+    from autotune.measure.generation import measure_generation
+
+    return _measured(request, started, GenerateSpec, GenerateConfig, measure_generation)
+
+
+def _measured(request: dict[str, Any], started: float, spec_class, config_class, run) -> dict[str, Any]:
+    """One measurement of the request's spec and config by `run` (training's, or generation's)."""
     from autotune.device import DeviceInfo
     from autotune.errors import AutotuneError
     from autotune.measure import outcomes
-    from autotune.measure.loop import measure
     from autotune.measure.measurement import Measurement
 
     ready = time.time()
-    spec = RunSpec.from_dict(request["spec"])
-    cfg = TrainConfig.from_dict(request["config"])
+    spec = spec_class.from_dict(request["spec"])
+    cfg = config_class.from_dict(request["config"])
     info = DeviceInfo.from_dict(request["device"]) if request.get("device") else None
     try:
-        result = measure(spec, cfg, info)
+        result = run(spec, cfg, info)
     except AutotuneError as exc:  # bad input reaching a trial: record it, don't crash
         result = Measurement.failed(cfg.to_dict(), *outcomes.bad_input_in_trial(exc))
     result.phase_s["process_start"] = ready - started  # interpreter + imports, seen from inside
     return {"measurement": result.to_dict(), "started_at": started, "ready_at": ready}
+
+
+def _prompts(request: dict[str, Any]) -> dict[str, Any]:
+    from autotune.data.prompts import prompt_lengths
+    from autotune.errors import UsageError
+
+    try:
+        return {"lengths": list(prompt_lengths(request["path"], vocab_size=request["vocab_size"]))}
+    except UsageError as exc:
+        return {"error": str(exc)}
 
 
 def _soak(request: dict[str, Any]) -> dict[str, Any]:

@@ -92,6 +92,11 @@ def run_trial(
     # The allocator reads its settings once, when CUDA starts: the trial starts with them.
     env = {**(env or {}), **allocator_env(cfg, {**os.environ, **(env or {})})}
     child = run_child(["--measure"], request, timeout_s=timeout_s, env=env, on_start=on_start, rss_limit=limit)
+    return trial_result(child)
+
+
+def trial_result(child: "ChildRun") -> TrialResult:
+    """How a measuring child (`--measure`, `--generate`) ended, as the trial's result."""
     if child.verdict is not None:
         return TrialResult(child.verdict[0], child.verdict[1], wall_s=child.wall_s)
     if child.payload is not None:

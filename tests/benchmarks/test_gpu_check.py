@@ -26,7 +26,7 @@ def test_the_header_budget_fits_five_minutes_and_every_step_runs_under_a_timeout
     text = SCRIPT.read_text()
     rows = re.findall(r"^#   (\w[\w ]*?)\s+(\d+) s\s+(\d+) s", text, flags=re.M)
     steps = {name.strip(): (int(estimate), int(cap)) for name, estimate, cap in rows}
-    assert set(steps) == {"dependencies", "doctor", "probes", "search", "table"}
+    assert set(steps) == {"dependencies", "doctor", "probes", "generate", "search", "table"}
     total = int(re.search(r"^#   total\s+(\d+) s", text, flags=re.M).group(1))
     assert total == sum(estimate for estimate, _ in steps.values()) <= 300
     assert "BUDGET_S=300" in text
@@ -38,7 +38,7 @@ def test_the_header_budget_fits_five_minutes_and_every_step_runs_under_a_timeout
     ]
     assert commands and all("run_step " in line for line in commands), commands
     caps = dict(re.findall(r"^[^#]*run_step (\w+) (\S+) ", text, flags=re.M))
-    assert caps == {"doctor": "45", "probes": '"$PROBE_CAP"', "search": "190"}
+    assert caps == {"doctor": "45", "probes": '"$PROBE_CAP"', "generate": "60", "search": "190"}
     assert re.findall(r"PROBE_CAP=(\d+)", text) == ["120", "45"]  # the dry run's, the GPU's
     assert int(caps["search"]) == steps["search"][1] and steps["probes"][1] == 45
     # ... and pip and the table under their own timeouts.
@@ -258,8 +258,14 @@ def test_the_dry_run_installs_offline_and_brings_back_at_most_six_files(gpu_chec
         steps = [line.split("\t") for line in tar.extractfile("./steps.tsv").read().decode().splitlines()]
         deps = tar.extractfile("./deps.txt").read().decode()
         doctor = json.loads(tar.extractfile("./doctor.json").read())
+        generate = json.loads(tar.extractfile("./generate.json").read())
     assert {"doctor.json", "probes.json", "search.json", "gpucheck.db", "recipe.json", "search.err"} <= names
-    assert [s[0] for s in steps] == ["dependencies", "doctor", "probes", "search"] and all(s[1] == "0" for s in steps)
+    steps_run = ["dependencies", "doctor", "probes", "generate", "search"]
+    assert [s[0] for s in steps] == steps_run and all(s[1] == "0" for s in steps)
+    # The bounded generation step: its figures, in the table and in figures.json.
+    assert generate["outcome"] == "ok" and generate["generation"]["cache"] == "static"
+    assert re.search(r"^generate \(ok\): .* output tok/s at batch 1, TTFT p50/p99 ", proc.stdout, flags=re.M)
+    assert json.loads((out / "figures.json").read_text())["generate"]["generation"]["new_tokens"] == 8
     if WHEELHOUSE.is_dir():  # .ci/run builds it: optuna came from it, installed offline, not from site-packages
         assert "autotune-gpucheck-site-" in deps, deps
     # `autotune doctor` on this CPU, in a fresh process: torch.compile works here, for real.

@@ -12,7 +12,7 @@ import yaml
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
 from autotune.integrations import hf, lightning
-from autotune.integrations.export import FORMATS, render
+from autotune.integrations.export import FORMATS, GENERATION_FORMATS, render
 from autotune.recipe import Recipe
 from tests.helpers import TUNED, invoke
 
@@ -58,13 +58,14 @@ def test_yaml_is_the_same_data():
 
 
 def test_unknown_format_lists_the_formats(tmp_path):
-    formats = "json, yaml, hf, hf-json, lightning, lightning-json, env"
+    formats = "json, yaml, hf, hf-json, lightning, lightning-json, env, hf-generate, hf-generate-json, decode-loop"
     with pytest.raises(UsageError, match=rf"unknown export format 'toml'; formats: {formats}$"):
         render(make_recipe(), "toml")
-    # Each format the error lists is rendered, and `autotune export --format` offers it.
+    # Each format of a training recipe the error lists is rendered, and `autotune export --format`
+    # offers it (a generation recipe's: tests/recipe/test_generation_recipe.py).
     recipe = make_recipe(**TUNED)
     path = recipe.save(tmp_path / "r.json")
-    for fmt in FORMATS:
+    for fmt in [f for f in FORMATS if f not in GENERATION_FORMATS]:
         text = render(recipe, fmt)
         assert text.endswith("\n") and text.strip(), fmt
         result = invoke("export", str(path), "--format", fmt)
