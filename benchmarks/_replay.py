@@ -180,6 +180,9 @@ class Strategy:
     # A sampler that needs the replay's limit (the tuner's planner judges what fits): (sweep, limit,
     # seed) -> sampler, used instead of `sampler` when given.
     build: Callable[[Sweep, int, int], optuna.samplers.BaseSampler] | None = None
+    # Re-measure the leaders before recommending, as `autotune search` does by default
+    # (search.confirm): see `confirm_leaders`.
+    confirm: bool = False
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,7 @@ class Run:
     steps: list[Step]
     stopped: str  # target | hook: <reason> | max_trials | exhausted
     recommended: dict[str, Any] | None  # the record of the study's best trial at the end
+    confirm_s: float = 0.0  # seconds spent re-measuring the leaders after the trials
 
     def first_good(self) -> Step | None:
         return next((s for s in self.steps if s.good), None)
@@ -221,7 +225,7 @@ class Run:
 
     @property
     def seconds(self) -> float:
-        return sum(s.cost_s for s in self.steps)
+        return sum(s.cost_s for s in self.steps) + self.confirm_s
 
 
 def replay(
@@ -270,6 +274,9 @@ def replay(
         if strategy.stop is not None and (why := strategy.stop(history)) is not None:
             stopped = f"hook: {why}"
             break
+    if strategy.confirm:
+        recommended, confirm_s = confirm_leaders(history)
+        return Run(history.steps, stopped, recommended, confirm_s)
     return Run(history.steps, stopped, _recommended(study, sweep))
 
 
@@ -343,11 +350,36 @@ def _tell(
     return Step(number, key, rec, "run", trial_cost(rec), False, False)
 
 
-def _measurement_error(history: History, key: str) -> float:
-    """The factor by which this run sees this configuration's tokens/s (1 without noise)."""
+def _measurement_error(history: History, key: str, run: int = 0) -> float:
+    """The factor by which this run sees this configuration's tokens/s (1 without noise); `run`
+    numbers a fresh measurement of it (a re-measurement of the leaders)."""
     if not history.noise:
         return 1.0
-    return math.exp(history.noise * random.Random(f"{history.seed}:{key}").gauss(0.0, 1.0))
+    draw = random.Random(f"{history.seed}:{key}" + (f":{run}" if run else "")).gauss(0.0, 1.0)
+    return math.exp(history.noise * draw)
+
+
+LEADERS = 3  # search.confirm: the top distinct configurations re-measured
+
+
+def confirm_leaders(history: History) -> tuple[dict[str, Any] | None, float]:
+    """What `autotune search` recommends after its trials (search.confirm): the LEADERS best
+    distinct feasible configurations as measured are each measured once more in a fresh process
+    (its compile from inductor's cache), and the best mean of the two figures wins. (The search
+    re-measures only the best when its interval stands clear of the others'; the replay always
+    pays for all three.) Returns the winner's record and the seconds the re-measurements cost."""
+    seen: dict[str, float] = {}
+    for step in history.steps:
+        rec = step.record
+        if step.fate == "run" and measured(rec) and not over_limit(rec, history.limit):
+            seen[step.key] = rec["tokens_per_sec"] * _measurement_error(history, step.key)
+    leaders = sorted(seen, key=seen.get, reverse=True)[:LEADERS]
+    if not leaders:
+        return None, 0.0
+    table = history.sweep.table
+    means = {k: (seen[k] + table[k]["tokens_per_sec"] * _measurement_error(history, k, run=1)) / 2 for k in leaders}
+    cost = sum(trial_cost(table[k], warm=True) for k in leaders)
+    return table[max(means, key=means.get)], cost
 
 
 def _prediction(predicted: Any, limit: int) -> tuple[int, float]:

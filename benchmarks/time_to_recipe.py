@@ -202,7 +202,9 @@ def tuner(sweep: Sweep, name: str = "tuner", *, without: Sequence[str] = (), abo
         skip=hooks.skip,
         stop=None if "stop" in without else hooks.stop,
         build=hooks.build,
-        about=about or f"{name}: the planner's sampler, its memory check and its stop rule",
+        confirm=True,  # the leaders re-measured before the recipe, as autotune search does by default
+        about=about
+        or f"{name}: the planner's sampler, its memory check, its stop rule and the leaders' re-measurement",
     )
 
 
