@@ -42,7 +42,7 @@ def run(runs: int, model: str, device: str, steps: int, warmup: int) -> dict:
         outcomes.append(r.outcome)
         if r.tokens_per_sec:
             values.append(r.tokens_per_sec)
-            step_cvs.append((r.measurement or {}).get("step_time_cv") or 0.0)
+            step_cvs.append((r.measurement.step_time_cv if r.measurement else None) or 0.0)
     return {
         "config": cfg.to_dict(),
         "model": model,

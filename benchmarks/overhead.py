@@ -48,7 +48,7 @@ TARGET_S = 3.0
 
 def split(result) -> dict[str, float]:
     p = dict(result.phase_s)
-    compile_s = float((result.measurement or {}).get("compile_time_s") or 0.0)
+    compile_s = float(result.measurement.compile_time_s or 0.0) if result.measurement else 0.0
     out = {
         "spawn_to_ready": p.get("spawn_to_ready", 0.0),
         "process_start": p.get("process_start", 0.0),
