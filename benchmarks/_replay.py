@@ -42,6 +42,7 @@ from _common import config_key, is_configuration
 from optuna.trial import TrialState
 
 from autotune.config import TrainConfig
+from autotune.errors import UsageError
 from autotune.measure import outcomes
 from autotune.space.definition import SearchSpace
 from autotune.space.file import parse_space
@@ -259,7 +260,15 @@ def replay(
         if strategy.propose is not None and (params := strategy.propose(history)) is not None:
             study.enqueue_trial(params)
         trial = study.ask()
-        cfg = suggest(sweep.space, trial)
+        try:
+            cfg = suggest(sweep.space, trial)
+        except UsageError as exc:  # knobs the registry refuses together: pruned at no cost, as the tuner does
+            trial.set_user_attr("outcome", outcomes.UNSUPPORTED)
+            trial.set_user_attr("reason", str(exc))
+            study.tell(trial, state=TrialState.PRUNED)
+            refused = {"outcome": outcomes.UNSUPPORTED, "reason": str(exc), "config": None}
+            history.steps.append(Step(number, "", refused, "pruned", 0.0, False, False))
+            continue
         key = config_key(cfg)
         rec = sweep.table[key]
         try:
@@ -457,6 +466,9 @@ def random_search_exactly(sweep: Sweep, limit: int, target: float) -> dict[str, 
             p_good, cost_good = p_good + p, cost_good + p * cost
         else:
             p_bad, cost_bad, over_bad = p_bad + p, cost_bad + p * cost, over_bad + p * over_limit(rec, limit)
+    # The draws that make no configuration (knobs the registry refuses together, not listed here)
+    # are bad trials at no cost: the bad mass is all that is not good.
+    p_bad = 1.0 - p_good
     mean_good, mean_bad, over_share = cost_good / p_good, cost_bad / p_bad, over_bad / p_bad
 
     def trials(q: float) -> float:

@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.config import TrainConfig
-from autotune.errors import DiskFull, UnsupportedConfig
+from autotune.errors import DiskFull, UnsupportedConfig, UsageError
 from autotune.knobs.support import check_supported
 from autotune.measure import outcomes
 from autotune.search.memory_model import memory_context, skip_prediction
@@ -115,7 +115,10 @@ class Objective:
             if notes:
                 trial.set_user_attr("reference_notes", notes)
         else:
-            cfg = suggest(self.ctx.space, trial)
+            try:
+                cfg = suggest(self.ctx.space, trial)
+            except UsageError as exc:  # drawn knobs the registry's own rules refuse together: no configuration
+                return self._record(trial, TrialResult(outcomes.UNSUPPORTED, str(exc)))
             self._note_proposal(trial)
         trial.set_user_attr(record.CONFIG, cfg.to_dict())
         trial.set_user_attr(record.HOST, socket.gethostname())

@@ -10,6 +10,7 @@ import random
 from typing import Any, Iterator, Sequence
 
 from autotune.config import TrainConfig
+from autotune.errors import UsageError
 from autotune.space.definition import Dimension, SearchSpace, checkpoint_layers, matches
 from autotune.space.sampling import to_config
 
@@ -42,7 +43,8 @@ def _checkpoint_options(space: SearchSpace) -> list[tuple[int, str | None]]:
 def configurations(space: SearchSpace) -> Iterator[Pair]:
     """Every configuration of `space` as (params, TrainConfig), in `suggest`'s order. A conditional
     dimension is included only where its `when` holds (a knob the configuration does not set
-    counts at its default), and a checkpoint placement only for a partial count."""
+    counts at its default), and a checkpoint placement only for a partial count. A combination
+    the knobs' own rules refuse (`registry`: TrainConfig will not hold it) is no configuration."""
     defaults = TrainConfig().to_dict()
     names = list(space.dimensions)
     checkpoints = _checkpoint_options(space)
@@ -50,7 +52,10 @@ def configurations(space: SearchSpace) -> Iterator[Pair]:
     def walk(i: int, values: dict[str, Any], params: dict[str, Any]) -> Iterator[Pair]:
         if i == len(names):
             for count, placement in checkpoints:
-                yield _with_checkpoint(space, values, params, count, placement)
+                try:
+                    yield _with_checkpoint(space, values, params, count, placement)
+                except UsageError:  # a combination the knobs' own rules refuse (CUDA graphs, padded)
+                    continue
             return
         dim = space.dimensions[names[i]]
         if dim.when and not matches(dim.when, {**defaults, **values}):
@@ -120,7 +125,7 @@ def sample(space: SearchSpace, n: int, seed: int, *, around: Sequence[TrainConfi
             count, placement = match[0] if match else (count, placement)
         try:
             return _with_checkpoint(space, values, params, count, placement)
-        except Exception:  # noqa: BLE001 - a combination TrainConfig refuses is not a configuration
+        except UsageError:  # a combination TrainConfig refuses is not a configuration
             return None
 
     for _ in range(4 * n):

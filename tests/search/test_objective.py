@@ -117,3 +117,19 @@ def test_a_trial_flagged_unstable_keeps_the_flag(monkeypatch):
     assert (
         trial.user_attrs["measurement"]["unstable"] is True and trial.user_attrs["measurement"]["step_time_cv"] == 0.31
     )
+
+
+def test_a_combination_the_knobs_refuse_is_pruned_with_its_reason(workdir, tmp_path):
+    """A trial whose drawn knobs TrainConfig itself refuses (CUDA graphs with padded batches, the
+    registry's rule) is recorded unsupported with that reason, before any process: it crashed
+    the search with the refusal's UsageError."""
+    space = tmp_path / "graphs.yaml"
+    space.write_text(
+        "version: 1\nfixed: {batching: padded, num_workers: 0}\n"
+        "dimensions:\n  token_budget: {choices: [1024]}\n  compile_mode: {choices: [none, reduce-overhead]}\n"
+    )
+    ctx, _, _ = prepare(search_settings(space=str(space)))
+    (trial,) = run_objective(ctx, [{"token_budget": 1024, "compile_mode": "reduce-overhead"}]).trials
+    assert trial.state == TrialState.PRUNED and trial.user_attrs["outcome"] == "unsupported"
+    assert "reduce-overhead replays CUDA graphs" in trial.user_attrs["reason"]
+    assert "trial_pid" not in trial.user_attrs

@@ -4,6 +4,7 @@ them. Each test fails when the part it names stops taking effect."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import optuna
@@ -265,3 +266,19 @@ def test_on_a_fake_h200_the_expert_prior_proposes_cudnn_attention_compiled_first
     assert hopper._preferred().sdpa_backend == "cudnn"
     ampere = Planner(space, device_kind="cuda", compute_capability=(8, 0), memory=MEMORY, feasible_limit=LIMIT)
     assert ampere.propose([]).config["sdpa_backend"] == "flash" and ampere._preferred().sdpa_backend == "flash"
+
+
+def test_the_shipped_gpu_space_gives_only_configurations_the_knobs_allow():
+    """search_spaces/gpt2.yaml crosses reduce-overhead with padded batches (its rule refuses the
+    pair, and since the registry's CUDA-graph rule so does TrainConfig itself): making the
+    planner's candidates crashed on the first such pair. Each is left out, as a rule violation is."""
+    from autotune.space.enumerate import configurations
+    from autotune.space.file import default_space_path, load_space
+
+    space = load_space(default_space_path("cuda"), n_layer=12, seq_len=1024)
+    kw = {"device_kind": "cuda", "compute_capability": (9, 0), "memory": MEMORY, "feasible_limit": LIMIT}
+    planner = Planner(space, pool=3000, **kw)  # a sample of the space, as for any space too large to list
+    assert isinstance(planner.propose([]), Proposal)
+    listed = [c for _, c in itertools.islice(configurations(space), 5000)]  # a space small enough to list, too
+    for c in planner.configs + [c.to_dict() for c in listed]:
+        assert not (c["compile_mode"] in ("reduce-overhead", "max-autotune") and c["batching"] == "padded"), c
