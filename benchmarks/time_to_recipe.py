@@ -186,7 +186,10 @@ class TunerHooks:
 
     def skip(self, history: History, cfg: Any) -> Any:
         planner = sweep_planner(self.sweep, history.limit)
-        prediction = skip_prediction(read_trials(history.study), cfg.to_dict(), history.limit, planner.memory_context)
+        # as the objective reads the study: through the sampler's records (each finished trial made once)
+        records = getattr(history.study.sampler, "records", None)
+        reader = records.read if records is not None else read_trials
+        prediction = skip_prediction(reader(history.study), cfg.to_dict(), history.limit, planner.memory_context)
         return prediction
 
     def stop(self, history: History) -> str | None:

@@ -138,7 +138,9 @@ class Objective:
         what feasibility allows, the limit less the headroom, as for a measured peak."""
         limit, headroom = self.ctx.memory_limit_bytes, self.ctx.memory_headroom
         target = outcomes.feasible_peak_bytes(limit, headroom)
-        records = [r for r in read_trials(trial.study) if r.number != trial.number]
+        sampler = trial.study.sampler  # its records, read before this trial: each finished one made once
+        reader = sampler.records.read if isinstance(sampler, PlannerSampler) else read_trials
+        records = [r for r in reader(trial.study) if r.number != trial.number]
         prediction = skip_prediction(records, cfg.to_dict(), target, memory_context(self.ctx))
         if prediction is None:
             return False

@@ -18,7 +18,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.search.planner import Planner, Proposal, Stop
-from autotune.study.record import read_trials
+from autotune.study.record import RecordCache
 from autotune.study.references import REFERENCE_ATTR
 
 
@@ -28,6 +28,7 @@ class PlannerSampler(optuna.samplers.BaseSampler):
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self.proposals: dict[int, Proposal] = {}
         self.stopped: str | None = None  # why the planner had nothing to propose, if it did not
+        self.records = RecordCache()  # read before and after every trial: each finished one made once
 
     @property
     def planner(self) -> Planner:
@@ -46,7 +47,7 @@ class PlannerSampler(optuna.samplers.BaseSampler):
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         if "fixed_params" in trial.system_attrs or REFERENCE_ATTR in trial.user_attrs:
             return  # enqueued: the references, a warm start, a trial enqueued by hand
-        records = [r for r in read_trials(study) if r.number != trial.number]
+        records = [r for r in self.records.read(study) if r.number != trial.number]
         running = [r.config for r in records if r.state is TrialState.RUNNING and r.config]
         result = self.planner.propose(records, running)
         if isinstance(result, Stop):
@@ -74,7 +75,7 @@ class PlannerSampler(optuna.samplers.BaseSampler):
         """Why the search should stop now (no trial is expected to gain more than the noise), or None."""
         if self.stopped is not None:
             return self.stopped
-        records = read_trials(study)
+        records = self.records.read(study)
         running = [r.config for r in records if r.state is TrialState.RUNNING and r.config]
         return self.planner.stop_reason(records, running)
 

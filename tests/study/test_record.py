@@ -117,3 +117,29 @@ def _no_importance():
     from autotune.present.importance import Importance
 
     return Importance(None, 0, "none")
+
+
+def test_a_reader_that_reads_before_every_trial_makes_each_finished_record_once(monkeypatch):
+    """The sampler and the objective read the whole study before every trial: a finished trial's
+    record (its configuration validated: milliseconds each) is made once, not once per read, or
+    the tuner's own time grows with the study (seconds per trial at 200 trials). What changes a
+    finished trial's record (a confirmation run, an attribute set afterwards) makes it anew."""
+    from autotune.study.record import RecordCache
+
+    study = a_study()
+    for tps in (100.0, 120.0, 90.0):
+        add(study, tps=tps, peak=10 * 2**20)
+    made = []
+    real = TrialRecord.read.__func__
+    monkeypatch.setattr(
+        TrialRecord, "read", classmethod(lambda cls, t, a=None: made.append(t.number) or real(cls, t, a))
+    )
+    cache = RecordCache()
+    first = cache.read(study)
+    assert [r.tokens_per_sec for r in first] == [100.0, 120.0, 90.0] and made == [0, 1, 2]
+    add(study, tps=130.0, peak=10 * 2**20)
+    second = cache.read(study)
+    assert made == [0, 1, 2, 3] and second[:3] == first and second[3].tokens_per_sec == 130.0
+    study.set_user_attr(confirmation_key(1), {"tokens_per_sec": 118.0, "outcome": "ok", "reproduced": True})
+    third = cache.read(study)
+    assert made == [0, 1, 2, 3, 1] and third[1].confirmation is not None
