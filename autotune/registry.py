@@ -104,7 +104,8 @@ class Knob:
     device_rule: Callable[[Mapping[str, Any], Any], str | None] | None = None
     # On a model object (duck-typed, no torch): (model, knobs) -> why that model cannot take it.
     model_rule: Callable[[Any, Mapping[str, Any]], str | None] | None = None
-    # With the run's settings, not knobs (`config.accumulation_for`: {"accumulation_steps": n}):
+    # With the run's settings, not knobs (`config.accumulation_for`: {"accumulation_steps": n,
+    # "world_size": ranks}):
     # (knobs, run) -> why this value cannot run so; UnsupportedConfig, a search prunes it.
     run_rule: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
     # The model stage calls it: `function(model, cfg, where) -> model`, knobs in the order of
@@ -112,6 +113,9 @@ class Knob:
     apply: str | None = None
     apply_order: int = 50
     host_only: bool = False  # moves host memory only: on a GPU it cannot change the device's peak
+    # Meaningful only with several ranks (multi-GPU training): at its default whenever
+    # parallelism=none, and then left out of a recipe, which reads as it always has.
+    ranks_only: bool = False
     changes_graph: bool = True  # changes what torch.compile traces (a cached compile is not reused)
     # What an expert tries first, per device kind ("cuda", "cpu"), most wanted first; a device
     # class of search.priors ("cuda-hopper") overrides its kind's where experts differ there.
@@ -433,6 +437,52 @@ def takes_document_ids(model: Any) -> bool:
     except (TypeError, ValueError, AttributeError):
         return False
     return "document_ids" in parameters
+
+
+# --- multi-GPU training: the ranks of one launch and how they share gradients ----------------
+# `parallelism` says how the ranks of one torchrun launch train one model (`knobs.parallel`);
+# the others are DDP's or FSDP2's own, meaningless (inactive, at their defaults) otherwise.
+
+PARALLELISMS = ("none", "ddp", "fsdp2")
+
+
+def _parallelism_run_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    ranks, mode = run.get("world_size", 1), k["parallelism"]
+    if mode == "none" and ranks > 1:
+        return (
+            f"{ranks} ranks with parallelism=none would train {ranks} unsynchronised replicas: "
+            "use parallelism=ddp or fsdp2"
+        )
+    if mode != "none" and ranks == 1:
+        return f"parallelism={mode} needs more than one rank (--nproc-per-node 2 or more); one rank trains alone"
+    return None
+
+
+def _only_under(mode: str, name: str) -> Callable[[Mapping[str, Any]], str | None]:
+    """A knob of one parallelism: any other value than its default needs that parallelism."""
+
+    def rule(k: Mapping[str, Any]) -> str | None:
+        if k["parallelism"] != mode and k[name] != BY_NAME[name].default:
+            return f"{name} is a setting of {mode}: it needs parallelism={mode} (it is {k['parallelism']})"
+        return None
+
+    return rule
+
+
+def _not_under(mode: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda k: k.get("parallelism", "none") != mode
+
+
+def _reduce_dtype_rule(k: Mapping[str, Any], caps: Any) -> str | None:
+    if k["reduce_dtype"] != "bfloat16":
+        return None
+    if caps.kind == "cuda" and _major(caps) < 8:
+        return "bfloat16 gradient reduction needs compute capability 8.0 or newer (Ampere)"
+    return None
+
+
+def _hf_bucket_cap(value: int, view: Any) -> dict[str, Any]:
+    return {"ddp_bucket_cap_mb": value} if view.cfg.parallelism == "ddp" else {}
 
 
 # --- exports: Hugging Face TrainingArguments and Lightning, per knob ------------------------
@@ -981,6 +1031,99 @@ KNOBS: tuple[Knob, ...] = (
         hf_note=lambda v, view: (
             "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts." if v else None
         ),
+    ),
+    Knob(
+        "parallelism",
+        Kind.CHOICE,
+        "none",
+        "how the ranks of one launch (--nproc-per-node N) train the model: none (one process), ddp "
+        "(DistributedDataParallel) or fsdp2 (fully_shard per block and the root)",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        choices=PARALLELISMS,
+        run_rule=_parallelism_run_rule,
+        apply="autotune.knobs.parallel:apply_parallel_knob",
+        # After checkpointing (20) and compile (90), as torchtitan orders them: activation
+        # checkpointing, then compile per block, then fully_shard per block and the root (or the
+        # DDP wrap). Compiled blocks meet their FSDP2 hooks and DDP's buckets from outside, and
+        # DDP's forward is where dynamo's DDPOptimizer finds the buckets to split graphs at.
+        apply_order=95,
+        ranks_only=True,
+        # DDP first where the model fits: 8,034 against FSDP's 1,747 tokens/s per device for a 1B
+        # model on 4 GPUs (OLMo #762); FSDP2 pays only when memory forces it
+        prefer={"cuda": ("ddp", "fsdp2"), "cpu": ("ddp", "fsdp2")},
+    ),
+    Knob(
+        "bucket_cap_mb",
+        Kind.INTEGER,
+        25,
+        "DDP's gradient bucket size in MiB: gradients are all-reduced a bucket at a time, overlapping backward",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        low=1,
+        high=4096,
+        requires=_only_under("ddp", "bucket_cap_mb"),
+        inactive=_not_under("ddp"),
+        ranks_only=True,
+        # PyTorch's maintainers call 25 small and suggest 100 (pytorch#118421); under compile the
+        # buckets are where DDPOptimizer splits the graph
+        prefer={"cuda": (100, 25, 50, 200), "cpu": (25, 100)},
+        hf=_hf_bucket_cap,
+    ),
+    Knob(
+        "gradient_as_bucket_view",
+        Kind.BOOLEAN,
+        False,
+        "DDP: gradients are views into the all-reduce buckets (no copy, less memory)",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        requires=_only_under("ddp", "gradient_as_bucket_view"),
+        inactive=_not_under("ddp"),
+        ranks_only=True,
+        changes_graph=False,
+        prefer={"cuda": (True, False), "cpu": (True, False)},
+    ),
+    Knob(
+        "static_graph",
+        Kind.BOOLEAN,
+        False,
+        "DDP: the set of used parameters is the same every step, so DDP plans its buckets once",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        requires=_only_under("ddp", "static_graph"),
+        inactive=_not_under("ddp"),
+        ranks_only=True,
+        changes_graph=False,
+        prefer={"cuda": (True, False), "cpu": (True, False)},
+    ),
+    Knob(
+        "reshard_after_forward",
+        Kind.BOOLEAN,
+        True,
+        "FSDP2: free each block's gathered parameters after its forward (gathered again in backward)",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        requires=_only_under("fsdp2", "reshard_after_forward"),
+        inactive=_not_under("fsdp2"),
+        ranks_only=True,
+        changes_graph=False,
+        # False: about +8 % in torchtune #2402, for the memory of every block's full parameters
+        prefer={"cuda": (False, True), "cpu": (False, True)},
+    ),
+    Knob(
+        "reduce_dtype",
+        Kind.CHOICE,
+        "float32",
+        "FSDP2: the dtype gradients are reduce-scattered in (MixedPrecisionPolicy's reduce_dtype)",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        choices=("float32", "bfloat16"),
+        requires=_only_under("fsdp2", "reduce_dtype"),
+        inactive=_not_under("fsdp2"),
+        device_rule=_reduce_dtype_rule,
+        ranks_only=True,
+        changes_graph=False,
+        prefer={"cuda": ("float32", "bfloat16"), "cpu": ("float32",)},
     ),
 )
 

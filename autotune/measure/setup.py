@@ -95,7 +95,7 @@ def set_up_training(
     model.to(device).train()
     if before_knobs is not None:
         before_knobs()
-    apply_model_knobs(model, cfg)
+    model = apply_model_knobs(model, cfg, world_size=spec.nproc_per_node)  # DDP wraps: train what comes back
     optimizer = make_optimizer(model, device)
     scaler = grad_scaler(device_kind, cfg.amp_dtype)
     dataset = make_dataset(

@@ -180,6 +180,9 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["config"] = self.config.to_dict()
+        if self.task == registry.TRAIN and self.config.parallelism == "none":
+            # one process: the multi-rank knobs are all at their defaults, and the recipe reads as it always has
+            data["config"] = {k: v for k, v in data["config"].items() if not registry.knob(k).ranks_only}
         del data["global_batch_tokens"]
         if not self.reference_flags:  # nothing flagged: the file stays readable by an autotune without the section
             del data["reference_flags"]
