@@ -17,13 +17,13 @@ its graphs at (so `bucket_cap_mb` also sets the graph breaks under compile).
 
 A process group must be initialised (torchrun, then `torch.distributed.init_process_group`)
 with the world size the caller expects (the trial's ranks, the recipe's): else UsageError, before
-anything is wrapped. `gradient_sync` is what accumulation needs: no gradient communication but
+anything is wrapped. `GradientSync` is what accumulation needs: no gradient communication but
 on the last micro-batch of an optimizer step."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -109,21 +109,23 @@ def is_fsdp2(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-@contextlib.contextmanager
-def gradient_sync(model: nn.Module, sync: bool) -> Iterator[None]:
-    """Backward inside it communicates gradients only when `sync` (the last micro-batch of an
-    optimizer step): DDP's `no_sync()` otherwise, FSDP2's `set_requires_gradient_sync(False)`
-    (gradients kept unsharded and accumulated locally until the step's last backward). A model
-    that is neither: nothing to skip."""
-    if sync:
-        if is_fsdp2(model):
-            model.set_requires_gradient_sync(True)
-        yield
-    elif is_ddp(model):
-        with model.no_sync():
-            yield
-    elif is_fsdp2(model):
-        model.set_requires_gradient_sync(False)
-        yield
-    else:
-        yield
+class GradientSync:
+    """`with sync(last):` around a micro-batch's forward and backward: gradients are communicated
+    only when `last` (the last micro-batch of an optimizer step). DDP: `no_sync()` otherwise (its
+    forward must be inside too: it prepares the reduction there); FSDP2:
+    `set_requires_gradient_sync(False)` otherwise, the gradients kept unsharded and accumulated
+    locally until the step's last backward reduce-scatters their sum. A model that is neither:
+    nothing to skip, nothing done."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.kind = "ddp" if is_ddp(model) else "fsdp2" if is_fsdp2(model) else None
+        self._fsdp_sync = True  # FSDP2's flag as last set (its default)
+
+    def __call__(self, last: bool) -> contextlib.AbstractContextManager[None]:
+        if self.kind == "ddp":
+            return contextlib.nullcontext() if last else self.model.no_sync()
+        if self.kind == "fsdp2" and last != self._fsdp_sync:
+            self.model.set_requires_gradient_sync(last)  # recurses into every sharded block
+            self._fsdp_sync = last
+        return contextlib.nullcontext()
