@@ -392,9 +392,10 @@ def accumulation_for(global_batch_tokens: int | None, cfg: TrainConfig, *, world
     """`accumulation_steps` for `cfg` on `world_size` ranks, which must also be able to
     accumulate that many micro-batches there: the knobs' run rules (the registry's `run_rule`:
     CUDA graphs cannot accumulate; ddp and fsdp2 need several ranks, and several ranks need one
-    of them)."""
+    of them, and DataLoader workers that leave each rank a CPU of its own)."""
     steps = accumulation_steps(global_batch_tokens, cfg.token_budget, world_size)
-    values, run = _knob_values(cfg), {"accumulation_steps": steps, "world_size": world_size}
+    values = _knob_values(cfg)
+    run = {"accumulation_steps": steps, "world_size": world_size, "cpus": usable_cpus()}
     for knob in registry.knobs_of(registry.TRAIN):
         if knob.run_rule is not None and (why := knob.run_rule(values, run)) is not None:
             raise UnsupportedConfig(knob.name, why)

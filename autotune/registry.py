@@ -105,7 +105,7 @@ class Knob:
     # On a model object (duck-typed, no torch): (model, knobs) -> why that model cannot take it.
     model_rule: Callable[[Any, Mapping[str, Any]], str | None] | None = None
     # With the run's settings, not knobs (`config.accumulation_for`: {"accumulation_steps": n,
-    # "world_size": ranks}):
+    # "world_size": ranks, "cpus": this host's usable CPUs}):
     # (knobs, run) -> why this value cannot run so; UnsupportedConfig, a search prunes it.
     run_rule: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
     # The model stage calls it: `function(model, cfg, where) -> model`, knobs in the order of
@@ -264,6 +264,16 @@ def _needs_workers(name: str) -> Callable[[Mapping[str, Any]], str | None]:
         return None
 
     return rule
+
+
+def _workers_per_rank_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    ranks, cpus = run.get("world_size", 1), run.get("cpus")
+    if ranks > 1 and cpus is not None and ranks * (k["num_workers"] + 1) > cpus:
+        return (
+            f"{ranks} ranks x ({k['num_workers']} workers + the rank itself) = {ranks * (k['num_workers'] + 1)} "
+            f"processes would oversubscribe the {cpus} CPUs here: fewer workers per rank"
+        )
+    return None
 
 
 def _without_workers(k: Mapping[str, Any]) -> bool:
@@ -805,6 +815,7 @@ KNOBS: tuple[Knob, ...] = (
         low=0,
         high=MAX_NUM_WORKERS,
         role=Role.LOADER,
+        run_rule=_workers_per_rank_rule,
         host_only=True,
         changes_graph=False,
         prefer={"cuda": (4, 8, 2, 0), "cpu": (0, 1, 2)},
