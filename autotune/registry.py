@@ -479,6 +479,19 @@ def _only_under(mode: str, name: str) -> Callable[[Mapping[str, Any]], str | Non
     return rule
 
 
+def _static_graph_run_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    steps = run.get("accumulation_steps", 1)
+    if k["static_graph"] and k["parallelism"] == "ddp" and steps > 1:
+        # no_sync() under static_graph: "expect_autograd_hooks_ INTERNAL ASSERT FAILED" on the first
+        # backward (seen here, torch 2.13), and once past it gradients silently never all-reduced again
+        # (pytorch#187732, accelerate#3679)
+        return (
+            f"static_graph=true cannot accumulate {steps} micro-batches under no_sync(): DDP's reducer fails its "
+            "internal assert, or stops all-reducing (pytorch#187732); use static_graph=false with --global-batch-tokens"
+        )
+    return None
+
+
 def _not_under(mode: str) -> Callable[[Mapping[str, Any]], bool]:
     return lambda k: k.get("parallelism", "none") != mode
 
@@ -1103,6 +1116,7 @@ KNOBS: tuple[Knob, ...] = (
         "autotune.knobs.parallel:apply_parallel_knob",
         requires=_only_under("ddp", "static_graph"),
         inactive=_not_under("ddp"),
+        run_rule=_static_graph_run_rule,
         ranks_only=True,
         changes_graph=False,
         prefer={"cuda": (True, False), "cpu": (True, False)},

@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 
 from autotune.config import TrainConfig
-from autotune.errors import UsageError
+from autotune.errors import UnsupportedConfig, UsageError
 from autotune.model.introspect import find_blocks
 
 REDUCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -89,10 +89,29 @@ def shard_fsdp2(model: nn.Module, cfg: TrainConfig, block_path: str | None = Non
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy(reduce_dtype=REDUCE_DTYPES[cfg.reduce_dtype])
+    sharded = []
     for block in find_blocks(model, block_path):
-        fully_shard(block, reshard_after_forward=cfg.reshard_after_forward, mp_policy=policy)
-    fully_shard(model, reshard_after_forward=cfg.reshard_after_forward, mp_policy=policy)
+        sharded.append(fully_shard(block, reshard_after_forward=cfg.reshard_after_forward, mp_policy=policy))
+    sharded.append(fully_shard(model, reshard_after_forward=cfg.reshard_after_forward, mp_policy=policy))
+    if _backend() == "gloo":
+        # pytorch#162338 (open): FSDP2's reduce-scatter with ReduceOp.AVG on gloo summed the
+        # gradients, N times too large. Sums only, then FSDP2's own division by the world size,
+        # gives the mean on any gloo (tests/trial/test_parity.py holds it to a single process's).
+        for module in sharded:
+            if not hasattr(module, "set_force_sum_reduction_for_comms"):
+                raise UnsupportedConfig(
+                    "parallelism",
+                    "fsdp2 on gloo needs torch >= 2.8 (set_force_sum_reduction_for_comms): its average "
+                    "reduce-scatter sums on gloo (pytorch#162338)",
+                )
+            module.set_force_sum_reduction_for_comms(True)
     return model
+
+
+def _backend() -> str:
+    import torch.distributed as dist
+
+    return str(dist.get_backend())
 
 
 def is_ddp(model: nn.Module) -> bool:

@@ -134,3 +134,12 @@ def test_fsdp2_shards_each_block_then_the_root(one_rank_group):
     assert all(isinstance(p, DTensor) for p in model.parameters())
     policy = model._get_fsdp_state()._mp_policy
     assert policy.reduce_dtype == torch.float32
+
+
+def test_ddp_static_graph_cannot_accumulate():
+    # no_sync() under static_graph: DDP's reducer fails an internal assert (pytorch#187732)
+    cfg = TrainConfig(parallelism="ddp", static_graph=True, token_budget=1024)
+    with pytest.raises(UnsupportedConfig, match="static_graph=true cannot accumulate 2 micro-batches"):
+        accumulation_for(4096, cfg, world_size=2)
+    assert accumulation_for(2048, cfg, world_size=2) == 1
+    assert accumulation_for(4096, cfg.replace(static_graph=False), world_size=2) == 2
