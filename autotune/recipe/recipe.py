@@ -11,7 +11,9 @@ YAML, safe loader only):
                                agree_tokens (`search.generate`)
     batch                      micro_batch_tokens (= config.token_budget), accumulation_steps,
                                global_batch_tokens (null: one micro-batch per optimizer step);
-                               a recipe without it (older) accumulates nothing
+                               a recipe without it (older) accumulates nothing; world_size, the
+                               ranks it was measured on (left out for one: the global batch is
+                               micro_batch_tokens x accumulation_steps x world_size)
     model                      name, seq_len, n_layer, vocab_size, non_embedding_params
     data                       the data spec it was measured on (synthetic or a file name)
     measured                   tokens_per_sec, padded_tokens_per_sec, padding_fraction,
@@ -73,6 +75,7 @@ import yaml
 from autotune import registry
 from autotune.config import (
     MAX_GLOBAL_BATCH_TOKENS,
+    MAX_NPROC_PER_NODE,
     MAX_TOKEN_BUDGET,
     GenerateConfig,
     JsonProblem,
@@ -138,16 +141,19 @@ class Recipe:
     global_batch_tokens: int | None = None
     task: str = registry.TRAIN  # what it tunes: training, or text generation ("generate")
     workload: dict[str, Any] = field(default_factory=dict)  # a generation recipe's prompts and new tokens
+    # Ranks it was measured on (`search --nproc-per-node`): written in the `batch` section when above 1.
+    world_size: int = 1
     # The file it was read from (`load`), for messages; not a field: never written, never compared.
     source: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         if self.config.TASK != self.task:
             raise UsageError(f"recipe: a {self.task} recipe with a {type(self.config).__name__}")
+        check_int("world_size", self.world_size, minimum=1, maximum=MAX_NPROC_PER_NODE)
         if self.global_batch_tokens is not None:
             check_int("global_batch_tokens", self.global_batch_tokens, minimum=1, maximum=MAX_GLOBAL_BATCH_TOKENS)
             try:
-                accumulation_steps(self.global_batch_tokens, self.config.token_budget)
+                accumulation_steps(self.global_batch_tokens, self.config.token_budget, self.world_size)
             except UnsupportedConfig as exc:
                 raise UsageError(f"recipe: {exc}") from None
 
@@ -160,8 +166,9 @@ class Recipe:
 
     @property
     def accumulation_steps(self) -> int:
-        """Micro-batches per optimizer step: global_batch_tokens // token_budget, else 1."""
-        return accumulation_steps(self.global_batch_tokens, self.config.token_budget)
+        """Micro-batches per optimizer step on each rank: global_batch_tokens // (token_budget x
+        world_size), else 1."""
+        return accumulation_steps(self.global_batch_tokens, self.config.token_budget, self.world_size)
 
     def optimizer_step_due(self, micro_step: int) -> bool:
         """Whether the optimizer steps after micro-batch `micro_step` (counted from 0): after
@@ -173,6 +180,7 @@ class Recipe:
             "micro_batch_tokens": self.micro_batch_tokens,
             "accumulation_steps": self.accumulation_steps,
             "global_batch_tokens": self.global_batch_tokens,
+            **({"world_size": self.world_size} if self.world_size > 1 else {}),
         }
 
     # --- files -----------------------------------------------------------------------------
@@ -183,7 +191,7 @@ class Recipe:
         if self.task == registry.TRAIN and self.config.parallelism == "none":
             # one process: the multi-rank knobs are all at their defaults, and the recipe reads as it always has
             data["config"] = {k: v for k, v in data["config"].items() if not registry.knob(k).ranks_only}
-        del data["global_batch_tokens"]
+        del data["global_batch_tokens"], data["world_size"]  # the batch section holds them
         if not self.reference_flags:  # nothing flagged: the file stays readable by an autotune without the section
             del data["reference_flags"]
         if self.task == registry.TRAIN:  # a training recipe reads as it always has: no task, no workload
@@ -268,8 +276,9 @@ class Recipe:
         _check_fields(flags, {name: _speedup_flags for name in flags}, where=f"{where}: reference_flags")
         study = _redacted(raw.get("study", {}))  # a hand-made recipe may hold a password
         _check_fields(study, _STUDY_FIELDS, where=f"{where}: study")
+        world = 1
         if task == registry.TRAIN:
-            global_batch = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
+            global_batch, world = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
         else:
             global_batch = None
             _check_workload(raw.get("workload", {}), where=f"{where}: workload")
@@ -287,6 +296,7 @@ class Recipe:
             global_batch_tokens=global_batch,
             task=task,
             workload=raw.get("workload", {}),
+            world_size=world,
         )
 
     # --- running it here ------------------------------------------------------------------
@@ -518,6 +528,10 @@ _MODEL_FIELDS: dict[str, Callable[[Any], bool]] = {
 }
 _MEASURED_FIELDS: dict[str, Callable[[Any], bool]] = {
     "tokens_per_sec": _number,
+    "world_size": _count,
+    "per_device_tokens_per_sec": _number,
+    "straggler_ratio": _number,
+    "scaling_efficiency": _number,
     "padded_tokens_per_sec": _number,
     "padding_fraction": _number,
     "step_time_median_s": _number,
@@ -573,15 +587,17 @@ def _check_fields(section: Mapping[str, Any], fields: Mapping[str, Callable[[Any
             raise UsageError(f"{where}.{key}: expected {expected}, got {_shown(section[key])}")
 
 
-def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> int | None:
-    """The global batch of a `batch` section, checked against the config: micro_batch_tokens is
-    its token_budget, and micro_batch_tokens x accumulation_steps is the global batch."""
+def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> tuple[int | None, int]:
+    """The global batch and the world size of a `batch` section, checked against the config:
+    micro_batch_tokens is its token_budget, and micro_batch_tokens x accumulation_steps x
+    world_size is the global batch."""
     if not isinstance(batch, Mapping):
         raise UsageError(f"{where}: expected a mapping, got {_shown(batch)}")
     for key, top in (
         ("micro_batch_tokens", MAX_TOKEN_BUDGET),
         ("accumulation_steps", MAX_GLOBAL_BATCH_TOKENS),
         ("global_batch_tokens", MAX_GLOBAL_BATCH_TOKENS),
+        ("world_size", MAX_NPROC_PER_NODE),
     ):
         value = batch.get(key)
         if value is not None and not (_count(value) and 1 <= value <= top):
@@ -589,21 +605,23 @@ def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> int | None:
     micro = batch.get("micro_batch_tokens", config.token_budget)
     steps = batch.get("accumulation_steps")
     total = batch.get("global_batch_tokens")
+    world = batch.get("world_size") or 1
     if micro is not None and micro != config.token_budget:
         raise UsageError(f"{where}.micro_batch_tokens: {micro}, but config.token_budget is {config.token_budget}")
     if total is None:
         if steps not in (None, 1):
             raise UsageError(f"{where}: accumulation_steps {steps} without a global_batch_tokens")
-        return None
-    if steps is not None and steps * config.token_budget != total:
+        return None, world
+    if steps is not None and steps * config.token_budget * world != total:
+        ranks = f" on each of {world} ranks" if world > 1 else ""
         raise UsageError(
-            f"{where}: {steps} micro-batches of {config.token_budget} tokens are not the global batch of {total}"
+            f"{where}: {steps} micro-batches of {config.token_budget} tokens{ranks} are not the global batch of {total}"
         )
     try:
-        accumulation_steps(total, config.token_budget)
+        accumulation_steps(total, config.token_budget, world)
     except UnsupportedConfig as exc:
         raise UsageError(f"{where}: {exc}") from None
-    return total
+    return total, world
 
 
 _WORKLOAD_FIELDS: dict[str, Callable[[Any], bool]] = {
@@ -669,6 +687,10 @@ RECIPE_FIGURES = (
 )
 
 
+# A run of several ranks also records these (a single process's recipe reads as it always has).
+RANK_FIGURES = ("world_size", "per_device_tokens_per_sec", "straggler_ratio")
+
+
 def recipe_measured(
     measurement: Measurement | None, memory_limit_bytes: int | None, memory_headroom: float | None = None
 ) -> dict[str, Any]:
@@ -676,6 +698,8 @@ def recipe_measured(
     the limit, the headroom it was judged with and the margin: limit - worst-case peak
     (negative: over the limit)."""
     out = {k: getattr(measurement, k, None) if measurement is not None else None for k in RECIPE_FIGURES}
+    if measurement is not None and measurement.world_size > 1:  # several ranks: tokens_per_sec is global
+        out.update({k: getattr(measurement, k) for k in RANK_FIGURES})
     out["memory_limit_bytes"] = memory_limit_bytes
     out["memory_headroom"] = memory_headroom
     peak = out["peak_memory_bytes"]

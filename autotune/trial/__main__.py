@@ -77,6 +77,7 @@ def _measure(request: dict[str, Any], started: float, request_path: str, result_
     from autotune.config import RunSpec, TrainConfig
     from autotune.measure.loop import measure
 
+    _threads_from_environment()
     if request["spec"].get("nproc_per_node", 1) > 1:  # one launch of N ranks (`trial.ranks`)
         from autotune.trial.ranks import launch
 
@@ -88,6 +89,18 @@ def _measure(request: dict[str, Any], started: float, request_path: str, result_
 
         return _measured(request, started, RunSpec, TrainConfig, run)
     return _measured(request, started, RunSpec, TrainConfig, measure)
+
+
+def _threads_from_environment() -> None:
+    """OMP_NUM_THREADS as a fresh interpreter reads it at torch's import: a trial forked from the
+    fork server has torch imported already, with the server's thread count (the single-rank
+    reference of a study of N ranks runs with one rank's share of the CPUs: `search.scaling`)."""
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+
+        if torch.get_num_threads() != int(threads):
+            torch.set_num_threads(int(threads))
 
 
 def _generate(request: dict[str, Any], started: float) -> dict[str, Any]:
