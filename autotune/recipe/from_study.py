@@ -67,6 +67,8 @@ def recipe_from_trial(
         global_batch_tokens=(study_attrs.get("run") or {}).get("global_batch_tokens"),
         task=task,
         workload=dict(study_attrs.get("workload") or {}),
+        # The ranks every trial launched (--nproc-per-node; a study of one process records none).
+        world_size=(study_attrs.get("run") or {}).get("nproc_per_node", 1),
     )
 
 

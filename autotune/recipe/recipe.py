@@ -10,8 +10,12 @@ YAML, safe loader only):
     workload                   a generation recipe's: prompt lengths (min, max, mean, the list), new_tokens,
                                agree_tokens (`search.generate`)
     batch                      micro_batch_tokens (= config.token_budget), accumulation_steps,
-                               global_batch_tokens (null: one micro-batch per optimizer step);
-                               a recipe without it (older) accumulates nothing
+                               world_size, global_batch_tokens (null: one micro-batch per optimizer
+                               step); micro_batch_tokens x accumulation_steps x world_size is the
+                               global batch. world_size: the ranks it was measured with (torchrun
+                               --nproc-per-node), each taking its own micro-batches; absent: 1, one
+                               process (config.parallelism none; ddp or fsdp2 with more than one).
+                               A recipe without the section (older) accumulates nothing, on one rank
     model                      name, seq_len, n_layer, vocab_size, non_embedding_params
     data                       the data spec it was measured on (synthetic or a file name)
     measured                   tokens_per_sec, padded_tokens_per_sec, padding_fraction,
@@ -73,6 +77,7 @@ import yaml
 from autotune import registry
 from autotune.config import (
     MAX_GLOBAL_BATCH_TOKENS,
+    MAX_NPROC_PER_NODE,
     MAX_TOKEN_BUDGET,
     GenerateConfig,
     JsonProblem,
@@ -138,16 +143,22 @@ class Recipe:
     global_batch_tokens: int | None = None
     task: str = registry.TRAIN  # what it tunes: training, or text generation ("generate")
     workload: dict[str, Any] = field(default_factory=dict)  # a generation recipe's prompts and new tokens
+    # The ranks it was measured with (torchrun --nproc-per-node), one per device: more than one
+    # trains with config.parallelism ddp or fsdp2, and the global batch is across all of them.
+    # Written in the `batch` section only when more than 1: a one-process recipe reads as before.
+    world_size: int = 1
     # The file it was read from (`load`), for messages; not a field: never written, never compared.
     source: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         if self.config.TASK != self.task:
             raise UsageError(f"recipe: a {self.task} recipe with a {type(self.config).__name__}")
+        check_int("world_size", self.world_size, minimum=1, maximum=MAX_NPROC_PER_NODE)
+        _check_ranks(self.config, self.world_size, where="recipe")
         if self.global_batch_tokens is not None:
             check_int("global_batch_tokens", self.global_batch_tokens, minimum=1, maximum=MAX_GLOBAL_BATCH_TOKENS)
             try:
-                accumulation_steps(self.global_batch_tokens, self.config.token_budget)
+                accumulation_steps(self.global_batch_tokens, self.config.token_budget, self.world_size)
             except UnsupportedConfig as exc:
                 raise UsageError(f"recipe: {exc}") from None
 
@@ -160,8 +171,9 @@ class Recipe:
 
     @property
     def accumulation_steps(self) -> int:
-        """Micro-batches per optimizer step: global_batch_tokens // token_budget, else 1."""
-        return accumulation_steps(self.global_batch_tokens, self.config.token_budget)
+        """Micro-batches per optimizer step on each rank: global_batch_tokens // (token_budget x
+        world_size), else 1."""
+        return accumulation_steps(self.global_batch_tokens, self.config.token_budget, self.world_size)
 
     def optimizer_step_due(self, micro_step: int) -> bool:
         """Whether the optimizer steps after micro-batch `micro_step` (counted from 0): after
@@ -169,11 +181,14 @@ class Recipe:
         return (micro_step + 1) % self.accumulation_steps == 0
 
     def batch_section(self) -> dict[str, Any]:
-        return {
+        section: dict[str, Any] = {
             "micro_batch_tokens": self.micro_batch_tokens,
             "accumulation_steps": self.accumulation_steps,
-            "global_batch_tokens": self.global_batch_tokens,
         }
+        if self.world_size > 1:  # one rank: the section reads as it always has
+            section["world_size"] = self.world_size
+        section["global_batch_tokens"] = self.global_batch_tokens
+        return section
 
     # --- files -----------------------------------------------------------------------------
 
@@ -183,7 +198,7 @@ class Recipe:
         if self.task == registry.TRAIN and self.config.parallelism == "none":
             # one process: the multi-rank knobs are all at their defaults, and the recipe reads as it always has
             data["config"] = {k: v for k, v in data["config"].items() if not registry.knob(k).ranks_only}
-        del data["global_batch_tokens"]
+        del data["global_batch_tokens"], data["world_size"]  # both in the batch section
         if not self.reference_flags:  # nothing flagged: the file stays readable by an autotune without the section
             del data["reference_flags"]
         if self.task == registry.TRAIN:  # a training recipe reads as it always has: no task, no workload
@@ -268,8 +283,10 @@ class Recipe:
         _check_fields(flags, {name: _speedup_flags for name in flags}, where=f"{where}: reference_flags")
         study = _redacted(raw.get("study", {}))  # a hand-made recipe may hold a password
         _check_fields(study, _STUDY_FIELDS, where=f"{where}: study")
+        world_size = 1
         if task == registry.TRAIN:
-            global_batch = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
+            global_batch, world_size = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
+            _check_ranks(config, world_size, where=where)
         else:
             global_batch = None
             _check_workload(raw.get("workload", {}), where=f"{where}: workload")
@@ -287,6 +304,7 @@ class Recipe:
             global_batch_tokens=global_batch,
             task=task,
             workload=raw.get("workload", {}),
+            world_size=world_size,
         )
 
     # --- running it here ------------------------------------------------------------------
@@ -573,15 +591,17 @@ def _check_fields(section: Mapping[str, Any], fields: Mapping[str, Callable[[Any
             raise UsageError(f"{where}.{key}: expected {expected}, got {_shown(section[key])}")
 
 
-def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> int | None:
-    """The global batch of a `batch` section, checked against the config: micro_batch_tokens is
-    its token_budget, and micro_batch_tokens x accumulation_steps is the global batch."""
+def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> tuple[int | None, int]:
+    """The global batch and the world size of a `batch` section, checked against the config:
+    micro_batch_tokens is its token_budget, and micro_batch_tokens x accumulation_steps x
+    world_size is the global batch (world_size absent: 1)."""
     if not isinstance(batch, Mapping):
         raise UsageError(f"{where}: expected a mapping, got {_shown(batch)}")
     for key, top in (
         ("micro_batch_tokens", MAX_TOKEN_BUDGET),
         ("accumulation_steps", MAX_GLOBAL_BATCH_TOKENS),
         ("global_batch_tokens", MAX_GLOBAL_BATCH_TOKENS),
+        ("world_size", MAX_NPROC_PER_NODE),
     ):
         value = batch.get(key)
         if value is not None and not (_count(value) and 1 <= value <= top):
@@ -589,21 +609,36 @@ def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> int | None:
     micro = batch.get("micro_batch_tokens", config.token_budget)
     steps = batch.get("accumulation_steps")
     total = batch.get("global_batch_tokens")
+    ranks = batch.get("world_size") or 1
     if micro is not None and micro != config.token_budget:
         raise UsageError(f"{where}.micro_batch_tokens: {micro}, but config.token_budget is {config.token_budget}")
     if total is None:
         if steps not in (None, 1):
             raise UsageError(f"{where}: accumulation_steps {steps} without a global_batch_tokens")
-        return None
-    if steps is not None and steps * config.token_budget != total:
+        return None, ranks
+    if steps is not None and steps * config.token_budget * ranks != total:
+        on = f" on each of {ranks} ranks" if ranks > 1 else ""
         raise UsageError(
-            f"{where}: {steps} micro-batches of {config.token_budget} tokens are not the global batch of {total}"
+            f"{where}: {steps} micro-batches of {config.token_budget} tokens{on} are not the global batch of {total}"
         )
     try:
-        accumulation_steps(total, config.token_budget)
+        accumulation_steps(total, config.token_budget, ranks)
     except UnsupportedConfig as exc:
         raise UsageError(f"{where}: {exc}") from None
-    return total
+    return total, ranks
+
+
+def _check_ranks(config: TrainConfig | GenerateConfig, world_size: int, *, where: str) -> None:
+    """The world size and the parallelism agree (the registry's rule for a run's ranks): one
+    rank trains with parallelism none, several with ddp or fsdp2. A generation recipe has one."""
+    if config.TASK != registry.TRAIN:
+        if world_size != 1:
+            raise UsageError(f"{where}: a {config.TASK} recipe runs on one rank, not world_size {world_size}")
+        return
+    rule = registry.knob("parallelism").run_rule
+    why = rule(config.to_dict(), {"world_size": world_size}) if rule is not None else None
+    if why is not None:
+        raise UsageError(f"{where}: world_size {world_size} and parallelism={config.parallelism} disagree: {why}")
 
 
 _WORKLOAD_FIELDS: dict[str, Callable[[Any], bool]] = {
