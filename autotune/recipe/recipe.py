@@ -46,17 +46,22 @@ code of the recipe author's choosing, so it needs the user's explicit say (see `
 In a training script (the recipe applies itself; see `Recipe.dataloader` for the dataset contract):
 
     recipe = autotune.Recipe.load("recipes/gpt2-nvidia-h200.json")
-    model = recipe.apply_to_model(model)                # TF32 if chosen; checkpoint blocks, then compile
+    model = recipe.apply_to_model(model)                # TF32 if chosen; checkpoint blocks, compile, DDP/FSDP2
     loader = recipe.dataloader(dataset, for_model=model)  # its context and labels; workers, budget batches
     scaler = recipe.grad_scaler()                       # enabled only for float16
-    for i, batch in enumerate(loader):                  # one micro-batch of token_budget positions
+    for i, batch in enumerate(loader):                  # one micro-batch of token_budget positions (this rank's)
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        with recipe.autocast():                         # AMP dtype (or TF32) and the forced SDPA backend
-            output = model(**batch)
-        loss = getattr(output, "loss", output)          # .loss (Hugging Face) or the loss itself
-        scaler.scale(loss / recipe.accumulation_steps).backward()
+        with recipe.gradient_sync(model, i):            # several ranks: communicate on the step's last only
+            with recipe.autocast():                     # AMP dtype (or TF32) and the forced SDPA backend
+                output = model(**batch)
+            loss = getattr(output, "loss", output)      # .loss (Hugging Face) or the loss itself
+            scaler.scale(loss / recipe.accumulation_steps).backward()
         if recipe.optimizer_step_due(i):                # every accumulation_steps-th micro-batch
             scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
+
+A recipe of several ranks (batch.world_size N) runs that loop in each of N processes, launched
+by `torchrun --nproc-per-node N` (`autotune export --format torchrun`), after
+`torch.distributed.init_process_group()` (and, on GPUs, `torch.cuda.set_device(LOCAL_RANK)`).
 
 In a generation script: `recipe.apply_to_generation(model)` (`recipe.generation`).
 
@@ -346,11 +351,17 @@ class Recipe:
         return allocator_env(self.config, os.environ)
 
     def apply_to_model(
-        self, model: "torch.nn.Module", block_path: str | None = None, device: "str | torch.device | None" = None
+        self,
+        model: "torch.nn.Module",
+        block_path: str | None = None,
+        device: "str | torch.device | None" = None,
+        *,
+        wrap: bool = True,
     ) -> "torch.nn.Module":
-        """Apply the model-side knobs to `model`, in place, and return it: activation
-        checkpointing of the recipe's blocks, then per-block torch.compile (the one order,
-        see `autotune.knobs`). A tf32 recipe also turns TF32 on here, process-wide, as it was
+        """Apply the model-side knobs to `model`, in place, and return the model to train: activation
+        checkpointing of the recipe's blocks, then per-block torch.compile, then for a recipe of
+        several ranks the DDP wrap or FSDP2's sharding (the one order, torchtitan's, see
+        `autotune.knobs`). A tf32 recipe also turns TF32 on here, process-wide, as it was
         measured: for the whole step (forward, backward, optimizer and the kernels compile
         generates), not just inside `autocast()`. Works on any model whose blocks sit in one ModuleList at
         transformer.h, model.layers, layers, blocks (and a few more), or at `block_path`
@@ -360,16 +371,40 @@ class Recipe:
         A Hugging Face model also runs without its KV cache unless a call asks for one
         (`generate` does): the cache makes compiled blocks recompile per layer and breaks
         checkpointed ones in backward; its config is untouched, so save_pretrained /
-        from_pretrained work as before."""
+        from_pretrained work as before.
+
+        A recipe of several ranks (`world_size` > 1) runs under torchrun with that many ranks,
+        the process group initialised: else UsageError, before anything is changed. ddp returns
+        the `DistributedDataParallel` wrapper (train it: its `.module` is your model); fsdp2
+        shards your model in place (`fully_shard` per block, then the root). Make the optimizer
+        after this call. `wrap=False`: checkpointing and compile only, for a framework that wraps
+        or shards itself (Lightning's DDPStrategy, Trainer's accelerate)."""
         from autotune.knobs.apply import apply_model_knobs
         from autotune.knobs.precision import set_tf32
 
         self._require(registry.TRAIN, "apply_to_model")
+        config, ranks = self.config, self.world_size
+        if ranks > 1 and wrap:
+            from autotune.recipe.training import check_ranks
+
+            check_ranks(ranks, config.parallelism, "recipe.apply_to_model")  # before the model is touched
+        elif ranks > 1:  # the framework wraps: the knobs of one process, the ranks' at their defaults
+            config, ranks = config.with_overrides({"parallelism": "none"}), 1
         if self.config.amp_dtype == "tf32":
             set_tf32(True)
         if device is not None:
             model.to(device)
-        return apply_model_knobs(model, self.config, block_path)
+        return apply_model_knobs(model, config, block_path, world_size=ranks)
+
+    def gradient_sync(self, model: "torch.nn.Module", micro_step: int) -> "contextlib.AbstractContextManager[None]":
+        """`with recipe.gradient_sync(model, i):` around micro-batch i's forward and backward
+        (counted from 0): over several ranks, gradients are communicated only on the micro-batch
+        that completes an optimizer step (`optimizer_step_due(i)`), as autotune measured; the
+        others accumulate locally (DDP's no_sync, FSDP2's set_requires_gradient_sync). A model of
+        one process: nothing to skip. `model`: what `apply_to_model` returned."""
+        from autotune.recipe.training import gradient_sync
+
+        return gradient_sync(model, last=self.optimizer_step_due(micro_step))
 
     def dataloader(
         self,
@@ -420,7 +455,14 @@ class Recipe:
         before training starts. Give large datasets a `lengths` attribute.
 
         collate_fn: replaces the padding collate; it receives the list of 1-D int64 tensors.
-        pin_memory on a machine without CUDA is dropped, with one warning."""
+        pin_memory on a machine without CUDA is dropped, with one warning.
+
+        A recipe of several ranks: every rank plans the same epoch (the same `seed` on every
+        rank) and takes its share, batches r, r + N, ... of N (the epoch padded by repeating its
+        first batches to a multiple of N, as DistributedSampler pads: every rank takes as many
+        steps). The rank is the process group's, read when the loader is first iterated (a
+        loader made before init_process_group shares too); iterated with no process group, or
+        one of another size, it is a UsageError. for_model may be the DDP wrapper."""
         from autotune.recipe.training import recipe_dataloader
 
         return recipe_dataloader(
@@ -432,6 +474,7 @@ class Recipe:
             collate_fn=collate_fn,
             attention_mask=attention_mask,
             seed=seed,
+            world_size=self.world_size,
         )
 
     def autocast(self, device_type: str | None = None) -> "contextlib.AbstractContextManager[None]":
