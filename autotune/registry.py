@@ -458,6 +458,20 @@ def _parallelism_run_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str |
     return None
 
 
+def _static_graph_run_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    steps = run.get("accumulation_steps", 1)
+    if k["static_graph"] and steps > 1:
+        # DDP(static_graph=True) records its graph on its first backward, which under no_sync (the
+        # first micro-batch of an accumulation) fails "expect_autograd_hooks_ INTERNAL ASSERT FAILED"
+        # (pytorch#143580, open; accelerate#3679); the fix proposed (pytorch#187732) also found
+        # gradients silently left unreduced once the assert is passed.
+        return (
+            f"DDP's static_graph cannot accumulate {steps} micro-batches under no_sync: its first backward fails "
+            "an internal assert (pytorch#143580): use static_graph=false with --global-batch-tokens"
+        )
+    return None
+
+
 def _only_under(mode: str, name: str) -> Callable[[Mapping[str, Any]], str | None]:
     """A knob of one parallelism: any other value than its default needs that parallelism."""
 
@@ -1092,6 +1106,7 @@ KNOBS: tuple[Knob, ...] = (
         "autotune.knobs.parallel:apply_parallel_knob",
         requires=_only_under("ddp", "static_graph"),
         inactive=_not_under("ddp"),
+        run_rule=_static_graph_run_rule,
         ranks_only=True,
         changes_graph=False,
         prefer={"cuda": (True, False), "cpu": (True, False)},

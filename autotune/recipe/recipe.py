@@ -166,6 +166,7 @@ class Recipe:
                 accumulation_steps(self.global_batch_tokens, self.config.token_budget, self.world_size)
             except UnsupportedConfig as exc:
                 raise UsageError(f"recipe: {exc}") from None
+        _check_run(self.config, self.accumulation_steps if self.task == registry.TRAIN else 1, where="recipe")
 
     # --- the global batch ------------------------------------------------------------------
 
@@ -292,6 +293,7 @@ class Recipe:
         if task == registry.TRAIN:
             global_batch, world_size = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
             _check_ranks(config, world_size, where=where)
+            _check_run(config, accumulation_steps(global_batch, config.token_budget, world_size), where=where)
         else:
             global_batch = None
             _check_workload(raw.get("workload", {}), where=f"{where}: workload")
@@ -669,6 +671,19 @@ def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> tuple[int |
     except UnsupportedConfig as exc:
         raise UsageError(f"{where}: {exc}") from None
     return total, ranks
+
+
+def _check_run(config: TrainConfig | GenerateConfig, steps: int, *, where: str) -> None:
+    """The knobs can run at the recipe's accumulation (the registry's run rules, as a search
+    prunes a trial by them: CUDA graphs, DDP's static_graph)."""
+    if config.TASK != registry.TRAIN or steps == 1:
+        return
+    values, run = config.to_dict(), {"accumulation_steps": steps}
+    for knob in registry.knobs_of(registry.TRAIN):
+        if knob.run_rule is not None and knob.name != "parallelism" and (why := knob.run_rule(values, run)):
+            raise UsageError(
+                f"{where}: {knob.name}={registry.value_text(values[knob.name])} with {steps} micro-batches: {why}"
+            )
 
 
 def _check_ranks(config: TrainConfig | GenerateConfig, world_size: int, *, where: str) -> None:

@@ -17,7 +17,7 @@ from autotune.recipe import Recipe
 from autotune.recipe.from_study import recipe_from_trial
 from autotune.study.summary import summarize
 
-DDP = TrainConfig(parallelism="ddp", bucket_cap_mb=100, gradient_as_bucket_view=True, static_graph=True)
+DDP = TrainConfig(parallelism="ddp", bucket_cap_mb=100, gradient_as_bucket_view=True)  # static_graph: see the last test
 FSDP2 = TrainConfig(parallelism="fsdp2", reshard_after_forward=False)
 
 
@@ -127,3 +127,28 @@ def test_the_recipe_of_a_study_of_several_ranks_records_them():
     recipe = recipe_from_trial(summarize(study), study.user_attrs, "s", "sqlite://")
     assert recipe.world_size == 2 and recipe.accumulation_steps == 2
     assert recipe.to_dict()["batch"]["world_size"] == 2
+
+
+def test_static_graph_cannot_accumulate_so_a_search_prunes_it_and_a_recipe_with_it_is_refused(tmp_path):
+    """DDP's static_graph fails its first backward under no_sync (pytorch#143580; the crash is
+    seen with two real ranks in test_ranks_training): a trial that would accumulate with it is
+    UnsupportedConfig, and a recipe that says so is refused at load."""
+    from autotune.config import accumulation_for
+    from autotune.errors import UnsupportedConfig
+
+    static = TrainConfig(parallelism="ddp", static_graph=True, token_budget=8192)
+    with pytest.raises(UnsupportedConfig, match="static_graph cannot accumulate 2 micro-batches under no_sync"):
+        accumulation_for(8192 * 4, static, world_size=2)
+    assert accumulation_for(8192 * 2, static, world_size=2) == 1  # no accumulation: it runs
+    recipe = Recipe(config=static, world_size=2, global_batch_tokens=8192 * 2)
+    data = recipe.to_dict()
+    data["batch"] = {"micro_batch_tokens": 8192, "world_size": 2, "global_batch_tokens": 8192 * 4}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(UsageError) as refused:
+        Recipe.load(path, check_environment=False)
+    assert str(refused.value).startswith(
+        f"recipe {path}: static_graph=true with 2 micro-batches: DDP's static_graph cannot accumulate"
+    )
+    with pytest.raises(UsageError, match="pytorch#143580"):
+        Recipe(config=static, world_size=2, global_batch_tokens=8192 * 4)
