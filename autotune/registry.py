@@ -487,7 +487,8 @@ def _static_graph_run_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str 
         # (pytorch#187732, accelerate#3679)
         return (
             f"static_graph=true cannot accumulate {steps} micro-batches under no_sync(): DDP's reducer fails its "
-            "internal assert, or stops all-reducing (pytorch#187732); use static_graph=false with --global-batch-tokens"
+            "internal assert (pytorch#143580), or stops all-reducing (pytorch#187732); use static_graph=false with "
+            "--global-batch-tokens"
         )
     return None
 
@@ -506,6 +507,100 @@ def _reduce_dtype_rule(k: Mapping[str, Any], caps: Any) -> str | None:
 
 def _hf_bucket_cap(value: int, view: Any) -> dict[str, Any]:
     return {"ddp_bucket_cap_mb": value} if view.cfg.parallelism == "ddp" else {}
+
+
+# The ranks' knobs in other frameworks. Trainer launches nothing itself (torchrun does, `export
+# --format torchrun`) and wraps with DDP, or shards with FSDP2 through accelerate, from its own
+# fields. Lightning's strategies take the DDP knobs as DistributedDataParallel keywords; its
+# FSDPStrategy is FSDP1 (FullyShardedDataParallel), so FSDP2 is ModelParallelStrategy, which
+# leaves fully_shard to LightningModule.configure_model (recipe.apply_to_model there). A Lightning
+# strategy is written {"class_path", "init_args"} (LightningCLI's form); integrations.lightning
+# builds it.
+
+
+def _hf_parallelism(mode: str, view: Any) -> dict[str, Any]:
+    if mode == "ddp":
+        # As measured: every parameter has its gradient every step. Trainer's default is True for a
+        # model it does not checkpoint (a search of the autograd graph every step).
+        return {"ddp_find_unused_parameters": False}
+    if mode == "fsdp2":
+        on, version = view.names.fsdp
+        return {"fsdp": on, "fsdp_config": {version: 2}}
+    return {}
+
+
+def _hf_static_graph(value: bool, view: Any) -> dict[str, Any]:
+    if view.cfg.parallelism != "ddp" or not view.names.ddp_static_graph:
+        return {}
+    return {"ddp_static_graph": value}
+
+
+def _hf_static_graph_note(value: bool, view: Any) -> str | None:
+    if view.cfg.parallelism == "ddp" and value and not view.names.ddp_static_graph:
+        return "The recipe sets DDP's static_graph=true, which this transformers' TrainingArguments has no field for."
+    return None
+
+
+def _hf_bucket_view_note(value: bool, view: Any) -> str | None:
+    if view.cfg.parallelism == "ddp" and value:
+        return (
+            "The recipe sets DDP's gradient_as_bucket_view=true, which TrainingArguments has no field for (Trainer "
+            "builds DDP's arguments itself): it trains without it, each gradient copied out of its bucket "
+            "(more memory)."
+        )
+    return None
+
+
+def _hf_reshard(value: bool, view: Any) -> dict[str, Any]:
+    return {"fsdp_config": {"reshard_after_forward": value}} if view.cfg.parallelism == "fsdp2" else {}
+
+
+def _hf_reduce_dtype_note(value: str, view: Any) -> str | None:
+    if view.cfg.parallelism != "fsdp2":
+        return None
+    return (
+        f"The recipe reduce-scatters FSDP2's gradients in {value} (float32 parameters under autocast), which "
+        "TrainingArguments has no field for: with bf16 or fp16 on, accelerate reduces in that dtype and keeps "
+        "the parameters in it too (its MixedPrecisionPolicy), in float32 otherwise."
+    )
+
+
+def _lightning_strategy(view: Any, name: str) -> str:
+    return f"{'pytorch_lightning' if view.major_version == 1 else 'lightning.pytorch'}.strategies.{name}"
+
+
+def _lightning_parallelism(mode: str, view: Any) -> dict[str, Any]:
+    ranks = view.recipe.world_size
+    if mode == "ddp":
+        return {"devices": ranks, "strategy": {"class_path": _lightning_strategy(view, "DDPStrategy"), "init_args": {}}}
+    if mode == "fsdp2":
+        # data_parallel_size "auto" would be the nodes, and tensor_parallel_size "auto" the devices
+        parallel = {"data_parallel_size": ranks, "tensor_parallel_size": 1}
+        return {
+            "devices": ranks,
+            "strategy": {"class_path": _lightning_strategy(view, "ModelParallelStrategy"), "init_args": parallel},
+        }
+    return {}
+
+
+def _lightning_parallelism_note(mode: str, view: Any) -> str | None:
+    if mode != "fsdp2":
+        return None
+    return (
+        "Lightning's FSDPStrategy shards with FSDP1 (FullyShardedDataParallel), not the FSDP2 (fully_shard) the "
+        "recipe measured: ModelParallelStrategy leaves the sharding to LightningModule.configure_model, where "
+        "recipe.apply_to_model(self.model) applies fully_shard to each block, then the root, with the recipe's "
+        "reshard_after_forward and reduce_dtype."
+    )
+
+
+def _lightning_ddp_keyword(name: str) -> Callable[[Any, Any], dict[str, Any]]:
+    """A DDP knob as a DDPStrategy keyword (DDPStrategy passes it to DistributedDataParallel)."""
+
+    def fields(value: Any, view: Any) -> dict[str, Any]:
+        return {"strategy": {"init_args": {name: value}}} if view.cfg.parallelism == "ddp" else {}
+
+    return fields
 
 
 # --- exports: Hugging Face TrainingArguments and Lightning, per knob ------------------------
@@ -1076,6 +1171,9 @@ KNOBS: tuple[Knob, ...] = (
         # DDP first where the model fits: 8,034 against FSDP's 1,747 tokens/s per device for a 1B
         # model on 4 GPUs (OLMo #762); FSDP2 pays only when memory forces it
         prefer={"cuda": ("ddp", "fsdp2"), "cpu": ("ddp", "fsdp2")},
+        hf=_hf_parallelism,
+        lightning=_lightning_parallelism,
+        lightning_note=_lightning_parallelism_note,
     ),
     Knob(
         "bucket_cap_mb",
@@ -1093,6 +1191,7 @@ KNOBS: tuple[Knob, ...] = (
         # buckets are where DDPOptimizer splits the graph
         prefer={"cuda": (100, 25, 50, 200), "cpu": (25, 100)},
         hf=_hf_bucket_cap,
+        lightning=_lightning_ddp_keyword("bucket_cap_mb"),
     ),
     Knob(
         "gradient_as_bucket_view",
@@ -1106,6 +1205,8 @@ KNOBS: tuple[Knob, ...] = (
         ranks_only=True,
         changes_graph=False,
         prefer={"cuda": (True, False), "cpu": (True, False)},
+        hf_note=_hf_bucket_view_note,
+        lightning=_lightning_ddp_keyword("gradient_as_bucket_view"),
     ),
     Knob(
         "static_graph",
@@ -1120,6 +1221,9 @@ KNOBS: tuple[Knob, ...] = (
         ranks_only=True,
         changes_graph=False,
         prefer={"cuda": (True, False), "cpu": (True, False)},
+        hf=_hf_static_graph,
+        hf_note=_hf_static_graph_note,
+        lightning=_lightning_ddp_keyword("static_graph"),
     ),
     Knob(
         "reshard_after_forward",
@@ -1132,6 +1236,7 @@ KNOBS: tuple[Knob, ...] = (
         inactive=_not_under("fsdp2"),
         ranks_only=True,
         changes_graph=False,
+        hf=_hf_reshard,
         # False: about +8 % in torchtune #2402, for the memory of every block's full parameters
         prefer={"cuda": (False, True), "cpu": (False, True)},
     ),
@@ -1148,6 +1253,7 @@ KNOBS: tuple[Knob, ...] = (
         device_rule=_reduce_dtype_rule,
         ranks_only=True,
         changes_graph=False,
+        hf_note=_hf_reduce_dtype_note,
         prefer={"cuda": ("float32", "bfloat16"), "cpu": ("float32",)},
     ),
 )

@@ -84,7 +84,7 @@ def test_a_single_process_run_and_recipe_read_as_they_always_have():
     assert list(config) == [k.name for k in registry.knobs_of() if not k.ranks_only]
     back = Recipe.from_dict(json.loads(json.dumps(recipe.to_dict())))
     assert back.config == TrainConfig()
-    ddp = Recipe(config=TrainConfig(parallelism="ddp", bucket_cap_mb=100), model={"name": "gpt2-tiny"})
+    ddp = Recipe(config=TrainConfig(parallelism="ddp", bucket_cap_mb=100), model={"name": "gpt2-tiny"}, world_size=2)
     saved = ddp.to_dict()["config"]
     assert saved["parallelism"] == "ddp" and saved["bucket_cap_mb"] == 100 and "reduce_dtype" in saved
     assert Recipe.from_dict(json.loads(json.dumps(ddp.to_dict()))).config == ddp.config
