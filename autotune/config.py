@@ -45,6 +45,8 @@ MAX_STEPS = 1_000_000  # --steps and --warmup
 MAX_MIN_TIME_S = 3600.0  # --min-time: an hour of timed steps is already a benchmark, not a trial
 MAX_SEQ_LEN = 1 << 20  # --seq-len: 1M positions, beyond any GPT-2-class context (the model's is checked too)
 MAX_SEED = 2**32 - 1  # numpy's generators take seeds in [0, 2**32)
+# Ranks on one host: one per device, and no host has more than a few dozen.
+MAX_NPROC_PER_NODE = 256
 # DataLoader workers are processes: more than a few per CPU only adds memory and scheduling.
 # At most this many per usable CPU (and never fewer than WORKERS_FLOOR, so the shipped spaces
 # and the checklist's 4 workers run on a small machine); AUTOTUNE_MAX_NUM_WORKERS overrides.
@@ -226,6 +228,9 @@ class RunSpec:
     # A search's best less a margin: a run whose short first window is clearly below it (beyond
     # its 95 % interval) is not timed in full (measure.loop). None: every run is timed in full.
     prune_below_tokens_per_sec: float | None = None
+    # Ranks on this host, one per device (torchrun's --nproc-per-node): a run of more than one is
+    # one launch of that many ranks (`trial.ranks`); the global batch is across all of them.
+    nproc_per_node: int = 1
 
     def __post_init__(self) -> None:
         kind = self.device.split(":", 1)[0]
@@ -244,6 +249,7 @@ class RunSpec:
             check_int("seq_len", self.seq_len, minimum=2)
         if self.global_batch_tokens is not None:
             check_int("global_batch_tokens", self.global_batch_tokens, minimum=1, maximum=MAX_GLOBAL_BATCH_TOKENS)
+        check_int("nproc_per_node", self.nproc_per_node, minimum=1, maximum=MAX_NPROC_PER_NODE)
         if self.prune_below_tokens_per_sec is not None and not (
             is_finite_number(self.prune_below_tokens_per_sec) and self.prune_below_tokens_per_sec > 0
         ):
@@ -254,15 +260,18 @@ class RunSpec:
             raise UsageError(f"memory_headroom must be a fraction from 0 to below 1, got {self.memory_headroom!r}")
 
     def accumulation_steps(self, cfg: TrainConfig) -> int:
-        """Micro-batches per optimizer step for `cfg` in this run (see `accumulation_for`)."""
-        return accumulation_for(self.global_batch_tokens, cfg)
+        """Micro-batches per optimizer step, on each rank, for `cfg` in this run (see `accumulation_for`)."""
+        return accumulation_for(self.global_batch_tokens, cfg, world_size=self.nproc_per_node)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if self.nproc_per_node == 1:  # a single-process run's request reads as it always has
+            del data["nproc_per_node"]
+        return data
 
     @property
     def device_kind(self) -> str:
         return self.device.split(":", 1)[0]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunSpec":
@@ -354,33 +363,39 @@ class GenerateSpec:
         return cls(**values)
 
 
-def accumulation_steps(global_batch_tokens: int | None, token_budget: int) -> int:
-    """Micro-batches of `token_budget` positions per optimizer step, for a global batch of
-    `global_batch_tokens` positions (None: 1, no accumulation). The rule is exact: the token
-    budget must divide the global batch, so every trial's optimizer step covers the same N
-    positions (a rounded count would train some trials at another global batch than asked).
-    A budget that does not divide it is UnsupportedConfig (a search prunes that trial)."""
+def accumulation_steps(global_batch_tokens: int | None, token_budget: int, world_size: int = 1) -> int:
+    """Micro-batches of `token_budget` positions per optimizer step on each of `world_size`
+    ranks, for a global batch of `global_batch_tokens` positions across all of them (None: 1, no
+    accumulation). The rule is exact: the token budget times the ranks must divide the global
+    batch, so every trial's optimizer step covers the same N positions (a rounded count would
+    train some trials at another global batch than asked). A budget that does not divide it is
+    UnsupportedConfig (a search prunes that trial)."""
     if global_batch_tokens is None:
         return 1
-    if token_budget > global_batch_tokens:
+    per_step = token_budget * world_size
+    ranks = f" on each of {world_size} ranks" if world_size > 1 else ""
+    if per_step > global_batch_tokens:
         raise UnsupportedConfig(
             "token_budget",
-            f"{token_budget} tokens a micro-batch is more than the global batch of {global_batch_tokens} tokens",
+            f"{token_budget} tokens a micro-batch{ranks} is more than the global batch of {global_batch_tokens} tokens",
         )
-    if global_batch_tokens % token_budget:
+    if global_batch_tokens % per_step:
         raise UnsupportedConfig(
             "token_budget",
-            f"{token_budget} does not divide the global batch of {global_batch_tokens} tokens "
+            f"{token_budget}{ranks} does not divide the global batch of {global_batch_tokens} tokens "
             "(accumulation needs a whole number of micro-batches)",
         )
-    return global_batch_tokens // token_budget
+    return global_batch_tokens // per_step
 
 
-def accumulation_for(global_batch_tokens: int | None, cfg: TrainConfig) -> int:
-    """`accumulation_steps` for `cfg`, which must also be able to accumulate that many
-    micro-batches: the knobs' run rules (the registry's `run_rule`: CUDA graphs cannot)."""
-    steps = accumulation_steps(global_batch_tokens, cfg.token_budget)
-    values, run = _knob_values(cfg), {"accumulation_steps": steps}
+def accumulation_for(global_batch_tokens: int | None, cfg: TrainConfig, *, world_size: int = 1) -> int:
+    """`accumulation_steps` for `cfg` on `world_size` ranks, which must also be able to
+    accumulate that many micro-batches there: the knobs' run rules (the registry's `run_rule`:
+    CUDA graphs cannot accumulate; ddp and fsdp2 need several ranks, and several ranks need one
+    of them, and DataLoader workers that leave each rank a CPU of its own)."""
+    steps = accumulation_steps(global_batch_tokens, cfg.token_budget, world_size)
+    values = _knob_values(cfg)
+    run = {"accumulation_steps": steps, "world_size": world_size, "cpus": usable_cpus()}
     for knob in registry.knobs_of(registry.TRAIN):
         if knob.run_rule is not None and (why := knob.run_rule(values, run)) is not None:
             raise UnsupportedConfig(knob.name, why)

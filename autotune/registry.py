@@ -104,7 +104,8 @@ class Knob:
     device_rule: Callable[[Mapping[str, Any], Any], str | None] | None = None
     # On a model object (duck-typed, no torch): (model, knobs) -> why that model cannot take it.
     model_rule: Callable[[Any, Mapping[str, Any]], str | None] | None = None
-    # With the run's settings, not knobs (`config.accumulation_for`: {"accumulation_steps": n}):
+    # With the run's settings, not knobs (`config.accumulation_for`: {"accumulation_steps": n,
+    # "world_size": ranks, "cpus": this host's usable CPUs}):
     # (knobs, run) -> why this value cannot run so; UnsupportedConfig, a search prunes it.
     run_rule: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
     # The model stage calls it: `function(model, cfg, where) -> model`, knobs in the order of
@@ -112,6 +113,9 @@ class Knob:
     apply: str | None = None
     apply_order: int = 50
     host_only: bool = False  # moves host memory only: on a GPU it cannot change the device's peak
+    # Meaningful only with several ranks (multi-GPU training): at its default whenever
+    # parallelism=none, and then left out of a recipe, which reads as it always has.
+    ranks_only: bool = False
     changes_graph: bool = True  # changes what torch.compile traces (a cached compile is not reused)
     # What an expert tries first, per device kind ("cuda", "cpu"), most wanted first; a device
     # class of search.priors ("cuda-hopper") overrides its kind's where experts differ there.
@@ -260,6 +264,16 @@ def _needs_workers(name: str) -> Callable[[Mapping[str, Any]], str | None]:
         return None
 
     return rule
+
+
+def _workers_per_rank_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    ranks, cpus = run.get("world_size", 1), run.get("cpus")
+    if ranks > 1 and cpus is not None and ranks * (k["num_workers"] + 1) > cpus:
+        return (
+            f"{ranks} ranks x ({k['num_workers']} workers + the rank itself) = {ranks * (k['num_workers'] + 1)} "
+            f"processes would oversubscribe the {cpus} CPUs here: fewer workers per rank"
+        )
+    return None
 
 
 def _without_workers(k: Mapping[str, Any]) -> bool:
@@ -433,6 +447,160 @@ def takes_document_ids(model: Any) -> bool:
     except (TypeError, ValueError, AttributeError):
         return False
     return "document_ids" in parameters
+
+
+# --- multi-GPU training: the ranks of one launch and how they share gradients ----------------
+# `parallelism` says how the ranks of one torchrun launch train one model (`knobs.parallel`);
+# the others are DDP's or FSDP2's own, meaningless (inactive, at their defaults) otherwise.
+
+PARALLELISMS = ("none", "ddp", "fsdp2")
+
+
+def _parallelism_run_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    ranks, mode = run.get("world_size", 1), k["parallelism"]
+    if mode == "none" and ranks > 1:
+        return (
+            f"{ranks} ranks with parallelism=none would train {ranks} unsynchronised replicas: "
+            "use parallelism=ddp or fsdp2"
+        )
+    if mode != "none" and ranks == 1:
+        return f"parallelism={mode} needs more than one rank (--nproc-per-node 2 or more); one rank trains alone"
+    return None
+
+
+def _only_under(mode: str, name: str) -> Callable[[Mapping[str, Any]], str | None]:
+    """A knob of one parallelism: any other value than its default needs that parallelism."""
+
+    def rule(k: Mapping[str, Any]) -> str | None:
+        if k["parallelism"] != mode and k[name] != BY_NAME[name].default:
+            return f"{name} is a setting of {mode}: it needs parallelism={mode} (it is {k['parallelism']})"
+        return None
+
+    return rule
+
+
+def _static_graph_run_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    steps = run.get("accumulation_steps", 1)
+    if k["static_graph"] and k["parallelism"] == "ddp" and steps > 1:
+        # no_sync() under static_graph: "expect_autograd_hooks_ INTERNAL ASSERT FAILED" on the first
+        # backward (seen here, torch 2.13), and once past it gradients silently never all-reduced again
+        # (pytorch#187732, accelerate#3679)
+        return (
+            f"static_graph=true cannot accumulate {steps} micro-batches under no_sync(): DDP's reducer fails its "
+            "internal assert (pytorch#143580), or stops all-reducing (pytorch#187732); use static_graph=false with "
+            "--global-batch-tokens"
+        )
+    return None
+
+
+def _not_under(mode: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda k: k.get("parallelism", "none") != mode
+
+
+def _reduce_dtype_rule(k: Mapping[str, Any], caps: Any) -> str | None:
+    if k["reduce_dtype"] != "bfloat16":
+        return None
+    if caps.kind == "cuda" and _major(caps) < 8:
+        return "bfloat16 gradient reduction needs compute capability 8.0 or newer (Ampere)"
+    return None
+
+
+def _hf_bucket_cap(value: int, view: Any) -> dict[str, Any]:
+    return {"ddp_bucket_cap_mb": value} if view.cfg.parallelism == "ddp" else {}
+
+
+# The ranks' knobs in other frameworks. Trainer launches nothing itself (torchrun does, `export
+# --format torchrun`) and wraps with DDP, or shards with FSDP2 through accelerate, from its own
+# fields. Lightning's strategies take the DDP knobs as DistributedDataParallel keywords; its
+# FSDPStrategy is FSDP1 (FullyShardedDataParallel), so FSDP2 is ModelParallelStrategy, which
+# leaves fully_shard to LightningModule.configure_model (recipe.apply_to_model there). A Lightning
+# strategy is written {"class_path", "init_args"} (LightningCLI's form); integrations.lightning
+# builds it.
+
+
+def _hf_parallelism(mode: str, view: Any) -> dict[str, Any]:
+    if mode == "ddp":
+        # As measured: every parameter has its gradient every step. Trainer's default is True for a
+        # model it does not checkpoint (a search of the autograd graph every step).
+        return {"ddp_find_unused_parameters": False}
+    if mode == "fsdp2":
+        on, version = view.names.fsdp
+        return {"fsdp": on, "fsdp_config": {version: 2}}
+    return {}
+
+
+def _hf_static_graph(value: bool, view: Any) -> dict[str, Any]:
+    if view.cfg.parallelism != "ddp" or not view.names.ddp_static_graph:
+        return {}
+    return {"ddp_static_graph": value}
+
+
+def _hf_static_graph_note(value: bool, view: Any) -> str | None:
+    if view.cfg.parallelism == "ddp" and value and not view.names.ddp_static_graph:
+        return "The recipe sets DDP's static_graph=true, which this transformers' TrainingArguments has no field for."
+    return None
+
+
+def _hf_bucket_view_note(value: bool, view: Any) -> str | None:
+    if view.cfg.parallelism == "ddp" and value:
+        return (
+            "The recipe sets DDP's gradient_as_bucket_view=true, which TrainingArguments has no field for (Trainer "
+            "builds DDP's arguments itself): it trains without it, each gradient copied out of its bucket "
+            "(more memory)."
+        )
+    return None
+
+
+def _hf_reshard(value: bool, view: Any) -> dict[str, Any]:
+    return {"fsdp_config": {"reshard_after_forward": value}} if view.cfg.parallelism == "fsdp2" else {}
+
+
+def _hf_reduce_dtype_note(value: str, view: Any) -> str | None:
+    if view.cfg.parallelism != "fsdp2":
+        return None
+    return (
+        f"The recipe reduce-scatters FSDP2's gradients in {value} (float32 parameters under autocast), which "
+        "TrainingArguments has no field for: with bf16 or fp16 on, accelerate reduces in that dtype and keeps "
+        "the parameters in it too (its MixedPrecisionPolicy), in float32 otherwise."
+    )
+
+
+def _lightning_strategy(view: Any, name: str) -> str:
+    return f"{'pytorch_lightning' if view.major_version == 1 else 'lightning.pytorch'}.strategies.{name}"
+
+
+def _lightning_parallelism(mode: str, view: Any) -> dict[str, Any]:
+    ranks = view.recipe.world_size
+    if mode == "ddp":
+        return {"devices": ranks, "strategy": {"class_path": _lightning_strategy(view, "DDPStrategy"), "init_args": {}}}
+    if mode == "fsdp2":
+        # data_parallel_size "auto" would be the nodes, and tensor_parallel_size "auto" the devices
+        parallel = {"data_parallel_size": ranks, "tensor_parallel_size": 1}
+        return {
+            "devices": ranks,
+            "strategy": {"class_path": _lightning_strategy(view, "ModelParallelStrategy"), "init_args": parallel},
+        }
+    return {}
+
+
+def _lightning_parallelism_note(mode: str, view: Any) -> str | None:
+    if mode != "fsdp2":
+        return None
+    return (
+        "Lightning's FSDPStrategy shards with FSDP1 (FullyShardedDataParallel), not the FSDP2 (fully_shard) the "
+        "recipe measured: ModelParallelStrategy leaves the sharding to LightningModule.configure_model, where "
+        "recipe.apply_to_model(self.model) applies fully_shard to each block, then the root, with the recipe's "
+        "reshard_after_forward and reduce_dtype."
+    )
+
+
+def _lightning_ddp_keyword(name: str) -> Callable[[Any, Any], dict[str, Any]]:
+    """A DDP knob as a DDPStrategy keyword (DDPStrategy passes it to DistributedDataParallel)."""
+
+    def fields(value: Any, view: Any) -> dict[str, Any]:
+        return {"strategy": {"init_args": {name: value}}} if view.cfg.parallelism == "ddp" else {}
+
+    return fields
 
 
 # --- exports: Hugging Face TrainingArguments and Lightning, per knob ------------------------
@@ -755,6 +923,7 @@ KNOBS: tuple[Knob, ...] = (
         low=0,
         high=MAX_NUM_WORKERS,
         role=Role.LOADER,
+        run_rule=_workers_per_rank_rule,
         host_only=True,
         changes_graph=False,
         prefer={"cuda": (4, 8, 2, 0), "cpu": (0, 1, 2)},
@@ -981,6 +1150,111 @@ KNOBS: tuple[Knob, ...] = (
         hf_note=lambda v, view: (
             "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts." if v else None
         ),
+    ),
+    Knob(
+        "parallelism",
+        Kind.CHOICE,
+        "none",
+        "how the ranks of one launch (--nproc-per-node N) train the model: none (one process), ddp "
+        "(DistributedDataParallel) or fsdp2 (fully_shard per block and the root)",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        choices=PARALLELISMS,
+        run_rule=_parallelism_run_rule,
+        apply="autotune.knobs.parallel:apply_parallel_knob",
+        # After checkpointing (20) and compile (90), as torchtitan orders them: activation
+        # checkpointing, then compile per block, then fully_shard per block and the root (or the
+        # DDP wrap). Compiled blocks meet their FSDP2 hooks and DDP's buckets from outside, and
+        # DDP's forward is where dynamo's DDPOptimizer finds the buckets to split graphs at.
+        apply_order=95,
+        ranks_only=True,
+        # DDP first where the model fits: 8,034 against FSDP's 1,747 tokens/s per device for a 1B
+        # model on 4 GPUs (OLMo #762); FSDP2 pays only when memory forces it
+        prefer={"cuda": ("ddp", "fsdp2"), "cpu": ("ddp", "fsdp2")},
+        hf=_hf_parallelism,
+        lightning=_lightning_parallelism,
+        lightning_note=_lightning_parallelism_note,
+    ),
+    Knob(
+        "bucket_cap_mb",
+        Kind.INTEGER,
+        25,
+        "DDP's gradient bucket size in MiB: gradients are all-reduced a bucket at a time, overlapping backward",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        low=1,
+        high=4096,
+        requires=_only_under("ddp", "bucket_cap_mb"),
+        inactive=_not_under("ddp"),
+        ranks_only=True,
+        # PyTorch's maintainers call 25 small and suggest 100 (pytorch#118421); under compile the
+        # buckets are where DDPOptimizer splits the graph
+        prefer={"cuda": (100, 25, 50, 200), "cpu": (25, 100)},
+        hf=_hf_bucket_cap,
+        lightning=_lightning_ddp_keyword("bucket_cap_mb"),
+    ),
+    Knob(
+        "gradient_as_bucket_view",
+        Kind.BOOLEAN,
+        False,
+        "DDP: gradients are views into the all-reduce buckets (no copy, less memory)",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        requires=_only_under("ddp", "gradient_as_bucket_view"),
+        inactive=_not_under("ddp"),
+        ranks_only=True,
+        changes_graph=False,
+        prefer={"cuda": (True, False), "cpu": (True, False)},
+        hf_note=_hf_bucket_view_note,
+        lightning=_lightning_ddp_keyword("gradient_as_bucket_view"),
+    ),
+    Knob(
+        "static_graph",
+        Kind.BOOLEAN,
+        False,
+        "DDP: the set of used parameters is the same every step, so DDP plans its buckets once",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        requires=_only_under("ddp", "static_graph"),
+        inactive=_not_under("ddp"),
+        run_rule=_static_graph_run_rule,
+        ranks_only=True,
+        changes_graph=False,
+        prefer={"cuda": (True, False), "cpu": (True, False)},
+        hf=_hf_static_graph,
+        hf_note=_hf_static_graph_note,
+        lightning=_lightning_ddp_keyword("static_graph"),
+    ),
+    Knob(
+        "reshard_after_forward",
+        Kind.BOOLEAN,
+        True,
+        "FSDP2: free each block's gathered parameters after its forward (gathered again in backward)",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        requires=_only_under("fsdp2", "reshard_after_forward"),
+        inactive=_not_under("fsdp2"),
+        ranks_only=True,
+        changes_graph=False,
+        hf=_hf_reshard,
+        # False: about +8 % in torchtune #2402, for the memory of every block's full parameters
+        prefer={"cuda": (False, True), "cpu": (False, True)},
+    ),
+    Knob(
+        "reduce_dtype",
+        Kind.CHOICE,
+        "float32",
+        "FSDP2: the dtype gradients are reduce-scattered in (MixedPrecisionPolicy's reduce_dtype)",
+        Stage.MODEL,
+        "autotune.knobs.parallel:apply_parallel_knob",
+        choices=("float32", "bfloat16"),
+        requires=_only_under("fsdp2", "reduce_dtype"),
+        inactive=_not_under("fsdp2"),
+        device_rule=_reduce_dtype_rule,
+        ranks_only=True,
+        changes_graph=False,
+        hf_note=_hf_reduce_dtype_note,
+        prefer={"cuda": ("float32", "bfloat16"), "cpu": ("float32",)},
     ),
 )
 

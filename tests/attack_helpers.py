@@ -70,6 +70,7 @@ def fake_trials(
 
     monkeypatch.setattr("autotune.search.objective.run_trial", run_trial)
     monkeypatch.setattr("autotune.search.confirm.run_trial", run_trial)
+    monkeypatch.setattr("autotune.search.scaling.run_trial", run_trial)  # a study of N ranks: the best on one
 
 
 def files_under(path: Path) -> set[str]:

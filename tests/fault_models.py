@@ -10,6 +10,11 @@ tests: each is gpt2-tiny with a forward that misbehaves in one way a real trial 
                  print and through file descriptor 1 (as C code prints)
     host_hog     a factory that allocates HOST_HOG_BYTES of host memory, 32 MiB at a time,
                  before it returns gpt2-tiny (as one building a far bigger model would)
+    rank_1_raises   gpt2-tiny that raises ValueError("boom on rank 1") in forward on rank 1 of a
+                    launch only (the others wait for it in a collective)
+    rank_1_hangs    gpt2-tiny whose forward never returns on rank 1 only
+                 (both write, when RANKS_DIR_ENV names a folder, each rank's pid and rendezvous
+                 port there as they are built: rank-K.pid holds "PID PORT")
     full_disk    gpt2-tiny; from its second build on (the probe builds it first), the disk of
                  the trial's folder is full: a file opened there for writing cannot be written
                  (ENOSPC), as when TMPDIR fills up while the trial runs
@@ -38,6 +43,8 @@ from autotune.model.sizes import MODEL_SIZES
 PIDFILE_ENV = "AUTOTUNE_TEST_PIDFILE"
 # Where `full_disk` counts its builds (one line each), across the processes that build it.
 BUILDS_ENV = "AUTOTUNE_TEST_BUILDS"
+# Where rank_1_raises and rank_1_hangs note each rank's pid and rendezvous port.
+RANKS_DIR_ENV = "AUTOTUNE_TEST_RANKS_DIR"
 HOG_BYTES_PER_TOKEN = 64 * 1024
 HOG_CAP_BYTES = 1_200_000_000
 HOST_HOG_BYTES = 1536 << 20  # 1.5 GiB: far above a 256 MiB limit, well within this machine
@@ -162,3 +169,43 @@ def full_disk() -> GPT:
 
         builtins.open = open_on_a_full_disk
     return _Tiny()
+
+
+class _OnRank1(_Tiny):
+    """gpt2-tiny that misbehaves on rank 1 of a launch (`misbehave`), after noting each rank."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        folder = os.environ.get(RANKS_DIR_ENV)
+        if folder and "RANK" in os.environ:
+            path = os.path.join(folder, f"rank-{os.environ['RANK']}.pid")
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                f.write(f"{os.getpid()} {os.environ.get('MASTER_PORT', '')}")
+            os.replace(path + ".tmp", path)
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        if os.environ.get("RANK") == "1":
+            self.misbehave()
+        return super().forward(input_ids, labels)
+
+    def misbehave(self) -> None:
+        raise NotImplementedError
+
+
+class Rank1Raises(_OnRank1):
+    def misbehave(self) -> None:
+        raise ValueError("boom on rank 1")
+
+
+class Rank1Hangs(_OnRank1):
+    def misbehave(self) -> None:
+        while True:
+            time.sleep(60)
+
+
+def rank_1_raises() -> GPT:
+    return Rank1Raises()
+
+
+def rank_1_hangs() -> GPT:
+    return Rank1Hangs()

@@ -35,13 +35,15 @@ def test_every_knob_says_where_it_takes_effect_and_that_place_exists():
             assert knob.stage is registry.Stage.MODEL or knob.name in ("expandable_segments", "sdpa_backend")
 
 
-def test_the_model_stage_runs_allocator_attention_loss_checkpoint_then_compile():
+def test_the_model_stage_runs_allocator_attention_loss_checkpoint_compile_then_the_ranks_wrap():
+    # torchtitan's order: checkpointing, compile per block, then fully_shard per block and the root (or DDP)
     assert registry.MODEL_STAGE == (
         "expandable_segments",
         "sdpa_backend",
         "loss_impl",
         "checkpoint_layers",
         "compile_mode",
+        "parallelism",
     )
 
 

@@ -88,6 +88,7 @@ def _resolve(device: str) -> str:
             "lightning",
             "lightning-json",
             "env",
+            "torchrun",
             "hf-generate",
             "hf-generate-json",
             "decode-loop",
@@ -98,9 +99,10 @@ def _resolve(device: str) -> str:
     help="json/yaml: the recipe; hf: TrainingArguments kwargs as Python, hf-json as JSON; lightning: Trainer "
     "and DataLoader kwargs as Python, lightning-json as JSON. Field names follow the installed library, "
     "and are checked by constructing its object when it is installed. env: the shell exports to run before "
-    "training starts CUDA (the allocator's expandable_segments). A generation recipe: hf-generate, its "
-    "GenerationConfig and generate call as Python (hf-generate-json as JSON); decode-loop, a plain PyTorch "
-    "decode loop with its settings.",
+    "training starts CUDA (the allocator's expandable_segments). torchrun: the shell that launches a recipe "
+    "of N ranks (torchrun --standalone --nproc-per-node N train.py, OMP_NUM_THREADS per rank). A generation "
+    "recipe: hf-generate, its GenerationConfig and generate call as Python (hf-generate-json as JSON); "
+    "decode-loop, a plain PyTorch decode loop with its settings.",
 )
 def export(recipe_file, study, storage, output, fmt) -> None:
     """Export a recipe (a file, or the best of a stored study) as JSON, YAML, Hugging Face or Lightning settings."""

@@ -37,6 +37,13 @@ def search(devices, as_json, **values) -> None:
     from autotune.search.run import SearchStopped, run_search
 
     settings = SearchSettings.from_options(values)
+    if devices and settings.nproc_per_node > 1:
+        from autotune.errors import UsageError
+
+        raise UsageError(
+            "--devices runs one single-GPU worker per device; --nproc-per-node runs each trial on N GPUs: "
+            "use one or the other"
+        )
     if devices and settings.task == "generate":
         from autotune.errors import UsageError
 

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Sampler
 from autotune.config import IGNORE_INDEX, TrainConfig, check_int
 from autotune.data.datasets import TokenDataset
 from autotune.data.packing import PACKED_MAX_TOKENS, PackedDataset
+from autotune.data.ranks import RankBatches
 from autotune.errors import AutotuneError, UsageError
 
 PAD_TOKEN_ID = 0  # input id at pad positions (their labels are IGNORE_INDEX, so it is never learned)
@@ -203,6 +204,7 @@ def build_dataloader(
     seed: int = 0,
     collate_fn: Callable[[list[torch.Tensor]], Any] | None = None,
     whole_data: bool = False,
+    world_size: int = 1,
 ) -> DataLoader:
     """The loader of (input_ids, labels) batches for `cfg.batching`, and the one place the
     DataLoader knobs (num_workers, prefetch_factor, pin_memory, persistent_workers) apply.
@@ -212,7 +214,10 @@ def build_dataloader(
     `whole_data`: training's epochs, every token of the data set: packed batching packs all
     of it (a measurement packs at most PACKED_MAX_TOKENS, thousands of windows, enough to time
     a step) and fixed or packed rows left over at the end of an epoch make one smaller batch
-    (a measurement drops them: one batch shape)."""
+    (a measurement drops them: one batch shape).
+
+    `world_size`: the ranks of one launch that share the batches, each taking its share of every
+    epoch (`data.ranks.RankBatches`: the rank is the process group's when first iterated)."""
     check_int("seed", seed, minimum=0)
     check_token_budget(cfg.token_budget, seq_len)
     bucket = default_bucket(seq_len)
@@ -237,7 +242,7 @@ def build_dataloader(
             )
     return DataLoader(
         dataset,  # type: ignore[arg-type]  # map-style by protocol, not by Dataset subclass
-        batch_sampler=sampler,
+        batch_sampler=sampler if world_size == 1 else RankBatches(sampler, world_size),
         num_workers=cfg.num_workers,
         prefetch_factor=cfg.prefetch_factor if cfg.num_workers > 0 else None,
         pin_memory=cfg.pin_memory,

@@ -8,7 +8,7 @@ import importlib.metadata
 import logging
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from autotune import registry
 from autotune.errors import UsageError
@@ -107,13 +107,23 @@ class View:
 
 def knob_fields(hook: str, view: View) -> dict[str, Any]:
     """Every knob's fields for one library (`hook`: "hf", "lightning" or "loader"), in the
-    registry's order."""
+    registry's order. A field several knobs fill (a mapping: TrainingArguments' fsdp_config,
+    Lightning's strategy and its init_args) is merged, each knob giving its own keys."""
     out: dict[str, Any] = {}
     for knob in registry.knobs_of(registry.TRAIN):
         mapping = getattr(knob, hook)
         if mapping is not None:
-            out.update(mapping(getattr(view.cfg, knob.name), view))
+            merge_fields(out, mapping(getattr(view.cfg, knob.name), view))
     return out
+
+
+def merge_fields(into: dict[str, Any], fields: Mapping[str, Any]) -> None:
+    """`into.update(fields)`, but mappings on both sides are merged key by key (recursively)."""
+    for key, value in fields.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            merge_fields(into[key], value)
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
 
 
 def knob_notes(hook: str, library: str, view: View) -> list[str]:

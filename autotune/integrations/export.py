@@ -1,6 +1,7 @@
 """A recipe in another framework's words: the recipe file itself (json, yaml); the keyword
 arguments of Hugging Face `TrainingArguments` or Lightning `Trainer` as Python to paste (hf,
-lightning) or as JSON for a script to load (hf-json, lightning-json).
+lightning) or as JSON for a script to load (hf-json, lightning-json); the shell that launches a
+recipe of several ranks (torchrun) or sets a recipe's environment (env).
 
 The arguments come from `autotune.integrations` (field names of the installed library, and
 checked by constructing the library's object, when it is installed). The Python snippets say
@@ -23,7 +24,7 @@ from autotune.integrations import generation, hf, lightning
 from autotune.integrations.common import recipe_seq_len, sequences_per_step
 from autotune.recipe.recipe import Recipe
 
-TRAINING_FORMATS = ("hf", "hf-json", "lightning", "lightning-json", "env")
+TRAINING_FORMATS = ("hf", "hf-json", "lightning", "lightning-json", "env", "torchrun")
 GENERATION_FORMATS = ("hf-generate", "hf-generate-json", "decode-loop")  # a generation recipe's (`generation`)
 FORMATS = ("json", "yaml", *TRAINING_FORMATS, *GENERATION_FORMATS)
 
@@ -38,6 +39,7 @@ def render(recipe: Recipe, fmt: str) -> str:
         "lightning": _lightning,
         "lightning-json": _lightning_json,
         "env": _env,
+        "torchrun": _torchrun,
         "hf-generate": generation.hf_generate,
         "hf-generate-json": generation.hf_generate_json,
         "decode-loop": generation.decode_loop,
@@ -67,7 +69,7 @@ def _lightning_json(recipe: Recipe) -> str:
     """{"trainer": Trainer kwargs, "dataloader": DataLoader kwargs, "environment": variables to
     set before CUDA starts}."""
     data = {
-        "trainer": lightning.trainer_kwargs(recipe),
+        "trainer": lightning.checked_trainer_kwargs(recipe)[0],  # a strategy as {"class_path", "init_args"}
         "dataloader": lightning.dataloader_kwargs(recipe),
         "environment": recipe.environment(),
     }
@@ -81,6 +83,37 @@ def _env(recipe: Recipe) -> str:
         return "# nothing to set: the recipe was measured on a CPU without allocator settings\n"
     lines = ["# the CUDA caching allocator's settings: set before the training process starts CUDA"]
     return "\n".join(lines + [f"export {name}={shlex.quote(value)}" for name, value in env.items()]) + "\n"
+
+
+def _torchrun(recipe: Recipe) -> str:
+    """The shell that launches a recipe of N ranks as it was measured: one process per device by
+    torchrun on this host, each rank's OMP_NUM_THREADS its share of the host's cores less its
+    DataLoader workers (each a process of its own), and the allocator's environment. A recipe of
+    one rank says so: there is nothing to launch."""
+    ranks, cfg = recipe.world_size, recipe.config
+    env = recipe.environment()
+    exports = [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    model = recipe.model.get("name") or "the model"
+    if ranks == 1:
+        lines = [
+            f"# The autotune recipe of {model} is a single-process recipe (measured on one rank, parallelism=none):",
+            "# nothing to launch with torchrun. Run your training script as it is.",
+        ]
+        return "\n".join(lines + exports + ["python train.py"]) + "\n"
+    workers = cfg.num_workers
+    lines = [
+        f"# torchrun launch of the autotune recipe of {model}: {ranks} ranks, parallelism={cfg.parallelism}",
+        "# (one process per device; train.py is your script: it calls torch.distributed.init_process_group(),",
+        "# then recipe.apply_to_model(model); on GPUs torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) first).",
+        f"# OMP_NUM_THREADS per rank: this host's cores shared by the {ranks} ranks"
+        + (f", less each rank's {workers} DataLoader worker{'s' if workers != 1 else ''}." if workers else "."),
+        f"threads=$(( $(nproc) / {ranks}{f' - {workers}' if workers else ''} ))",
+        '[ "$threads" -ge 1 ] || threads=1',
+        'export OMP_NUM_THREADS="$threads"',
+    ]
+    if exports:
+        lines += ["# the CUDA caching allocator's settings, read once when CUDA starts", *exports]
+    return "\n".join(lines + [f"torchrun --standalone --nproc-per-node {ranks} train.py"]) + "\n"
 
 
 def _environment_block(recipe: Recipe) -> list[str]:
@@ -190,10 +223,20 @@ def _hf(recipe: Recipe) -> str:
 
 def _lightning(recipe: Recipe) -> str:
     trainer, checked = lightning.checked_trainer_kwargs(recipe)
+    strategy = trainer.pop("strategy", None)  # a recipe of several ranks: {"class_path", "init_args"}
     loader = lightning.dataloader_kwargs(recipe)
     lines = _header(recipe, "Lightning Trainer and DataLoader settings", checked)
-    lines += ["# Use: lightning.Trainer(**trainer_kwargs, ...) and DataLoader(dataset, **dataloader_kwargs)", ""]
+    use = (
+        "lightning.Trainer(**trainer_kwargs, strategy=strategy, ...)"
+        if strategy
+        else "lightning.Trainer(**trainer_kwargs, ...)"
+    )
+    lines += [f"# Use: {use} and DataLoader(dataset, **dataloader_kwargs)", ""]
     lines += _environment_block(recipe)
+    if strategy:
+        module, _, name = strategy["class_path"].rpartition(".")
+        arguments = ", ".join(f"{k}={v!r}" for k, v in strategy["init_args"].items())
+        lines += [f"from {module} import {name}", "", f"strategy = {name}({arguments})", ""]
     if recipe.config.amp_dtype == "tf32":
         lines += [
             "import torch",

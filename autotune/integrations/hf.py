@@ -7,6 +7,13 @@ transformers 5 renamed or dropped several fields, so the names follow the instal
     checkpoint_layers          activation_checkpointing=True              gradient_checkpointing=True
                                activation_checkpointing_kwargs            gradient_checkpointing_kwargs
     measured on a CPU          use_cpu=True (bf16 on a CPU requires it)   use_cpu=True
+    parallelism=fsdp2          fsdp=True, fsdp_config={"version": 2}      fsdp="full_shard",
+                                                                          fsdp_config={"fsdp_version": 2}
+
+A recipe of several ranks: DDP's knobs are ddp_* fields (ddp_static_graph where the installed
+version has it), FSDP2's reshard_after_forward an fsdp_config key; what has no field (DDP's
+gradient_as_bucket_view, FSDP2's reduce dtype) is said in `notes`. Trainer trains over the
+processes torchrun launches (`autotune export --format torchrun`).
 
 Without transformers installed, the 5.x names are used (what pip installs today). With it
 installed, `training_arguments` constructs `TrainingArguments` from the result before
@@ -23,6 +30,7 @@ On a machine without the recipe's GPU, the checks only a GPU can pass (bf16 with
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import os
 import tempfile
@@ -50,6 +58,8 @@ class Names:
     group_by_length: tuple[str, Any]  # (field, value that turns length grouping on)
     checkpointing: str
     checkpointing_kwargs: str
+    fsdp: tuple[Any, str] = (True, "version")  # (fsdp's value that turns FSDP on, fsdp_config's version key)
+    ddp_static_graph: bool = True  # TrainingArguments has the field
 
     @classmethod
     def for_fields(cls, fields: set[str] | None) -> "Names":
@@ -61,6 +71,9 @@ class Names:
             group_by_length=grouping,
             checkpointing="activation_checkpointing" if renamed else "gradient_checkpointing",
             checkpointing_kwargs="activation_checkpointing_kwargs" if renamed else "gradient_checkpointing_kwargs",
+            # transformers 5 turns FSDP on with True and reads fsdp_config's keys without their fsdp_ prefix
+            fsdp=(True, "version") if new else ("full_shard", "fsdp_version"),
+            ddp_static_graph=fields is None or "ddp_static_graph" in fields,
         )
 
 
@@ -128,7 +141,7 @@ def check_training_arguments(args: dict[str, Any]) -> str:
     unknown = sorted(set(args) - {f.name for f in dataclasses.fields(TrainingArguments)})
     if unknown:
         raise AutotuneError(f"transformers {version} has no TrainingArguments field {unknown[0]!r}")
-    probe = dict(args)
+    probe = copy.deepcopy(args)  # TrainingArguments fills fsdp_config in place: the caller's stays as given
     skipped = ""
     if not torch.cuda.is_available() and not probe.get("use_cpu"):
         probe["use_cpu"] = True
@@ -179,13 +192,26 @@ def notes(recipe: Recipe, args: dict[str, Any]) -> list[str]:
         lines.append("The recipe compiles the whole model, as Trainer's torch_compile does.")
     elif cfg.compile_mode != "none":
         lines.append(f"The recipe compiles {compiled_scope(recipe)}; Trainer's torch_compile compiles the whole model.")
+    ranks = recipe.world_size
     if cfg.checkpoint_layers or (cfg.compile_mode != "none" and cfg.compile_scope != "model"):
         lines.append(
-            "For exactly what the recipe does, call recipe.apply_to_model(model) and "
-            "hf.training_arguments(recipe, model_applied=True)."
+            "For exactly what the recipe does, call "
+            + ("recipe.apply_to_model(model, wrap=False)" if ranks > 1 else "recipe.apply_to_model(model)")
+            + " and hf.training_arguments(recipe, model_applied=True)"
+            + (" (Trainer wraps or shards over the ranks itself)." if ranks > 1 else ".")
         )
     lines.append('Attention: load the model with attn_implementation="sdpa" (PyTorch scaled_dot_product_attention).')
-    if recipe.global_batch_tokens is not None:
+    if ranks > 1:
+        lines.append(
+            f"The recipe trains on {ranks} ranks ({cfg.parallelism}): launch the script with torchrun --standalone "
+            f"--nproc-per-node {ranks} (autotune export --format torchrun), and Trainer trains over them."
+        )
+    if recipe.global_batch_tokens is not None and ranks > 1:
+        lines.append(
+            f"Global batch: {recipe.global_batch_tokens} tokens per optimizer step, {recipe.accumulation_steps} "
+            f"micro-batches of {cfg.token_budget} (gradient_accumulation_steps) on each of its {ranks} ranks."
+        )
+    elif recipe.global_batch_tokens is not None:
         lines.append(
             f"Global batch: {recipe.global_batch_tokens} tokens per optimizer step, {recipe.accumulation_steps} "
             f"micro-batches of {cfg.token_budget} (gradient_accumulation_steps), on one device; with N devices, "

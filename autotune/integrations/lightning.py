@@ -13,10 +13,20 @@ the result before returning it.
 The recipe's own batches (token budget, length grouping) come from `recipe.dataloader`; for a
 DataLoader of your own, `dataloader_kwargs(recipe)` gives its workers, prefetch and pinning.
 Checkpointing and compile go in `LightningModule.configure_model`: `recipe.apply_to_model(self.model)`.
+
+A recipe of several ranks adds `devices=N` and its strategy: `DDPStrategy(bucket_cap_mb=...,
+gradient_as_bucket_view=..., static_graph=...)` for ddp (configure_model then calls
+`apply_to_model(self.model, wrap=False)`: the strategy wraps), or for fsdp2
+`ModelParallelStrategy(data_parallel_size=N, tensor_parallel_size=1)`, whose configure_model
+`recipe.apply_to_model(self.model)` shards (Lightning's FSDPStrategy is FSDP1). `trainer_kwargs`
+builds the strategy with the installed Lightning; `checked_trainer_kwargs` and the JSON export
+write it as {"class_path", "init_args"}, LightningCLI's form.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from typing import Any
 
 from autotune.errors import AutotuneError, UsageError
@@ -40,10 +50,14 @@ def lightning_version() -> str | None:
 
 def trainer_kwargs(recipe: Recipe, *, check: bool = True) -> dict[str, Any]:
     """`Trainer` keyword arguments closest to the recipe: its precision, and
-    accumulate_grad_batches when the recipe accumulates to a global batch. tf32 has no Trainer
-    argument: call torch.set_float32_matmul_precision("high") (see `notes`). check: construct
-    a Trainer from them first (when Lightning is installed)."""
-    return checked_trainer_kwargs(recipe, check=check)[0]
+    accumulate_grad_batches when the recipe accumulates to a global batch; for a recipe of
+    several ranks, devices and the strategy, built (a Lightning object: Lightning must be
+    installed). tf32 has no Trainer argument: call torch.set_float32_matmul_precision("high")
+    (see `notes`). check: construct a Trainer from them first (when Lightning is installed)."""
+    kwargs = checked_trainer_kwargs(recipe, check=check)[0]
+    if isinstance(kwargs.get("strategy"), dict):
+        kwargs["strategy"] = build_strategy(kwargs["strategy"])
+    return kwargs
 
 
 def checked_trainer_kwargs(recipe: Recipe, *, check: bool = True) -> tuple[dict[str, Any], str]:
@@ -68,7 +82,9 @@ def dataloader_kwargs(recipe: Recipe, *, seq_len: int | None = None) -> dict[str
 
 def check_trainer_kwargs(kwargs: dict[str, Any]) -> str:
     """Construct `Trainer(**kwargs)` with the installed Lightning (no logger, no checkpoint
-    callback: nothing is written); return what was checked, in one line."""
+    callback: nothing is written), its strategy built from its {"class_path", "init_args"};
+    return what was checked, in one line. DDPStrategy hands its keywords to
+    DistributedDataParallel only when training starts: they are checked against its signature."""
     version = lightning_version()
     if version is None:
         raise UsageError("checking Trainer arguments needs Lightning: pip install lightning")
@@ -77,12 +93,44 @@ def check_trainer_kwargs(kwargs: dict[str, Any]) -> str:
     except ImportError:
         import pytorch_lightning as pl  # type: ignore[no-redef]
     quiet = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    spec = kwargs.get("strategy")
     with quietly("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric"):
         try:
-            pl.Trainer(**kwargs, **quiet)
+            built = {**kwargs, "strategy": build_strategy(spec)} if isinstance(spec, dict) else kwargs
+            pl.Trainer(**built, **quiet)
+        except AutotuneError:
+            raise
         except Exception as exc:  # Lightning raises its own MisconfigurationException, among others
             raise AutotuneError(f"Lightning {version} refuses these Trainer arguments: {exc}") from None
-    return f"checked: Lightning {version} accepts these Trainer arguments"
+    said = f"checked: Lightning {version} accepts these Trainer arguments"
+    if isinstance(spec, dict) and spec["class_path"].endswith(".DDPStrategy"):
+        _check_ddp_keywords(spec.get("init_args", {}))
+        said += " and DistributedDataParallel its DDPStrategy keywords"
+    return said
+
+
+def build_strategy(spec: dict[str, Any]) -> Any:
+    """A Lightning strategy from {"class_path", "init_args"}, with the installed Lightning (its
+    `lightning.pytorch` or `pytorch_lightning` package, whichever is installed)."""
+    module, _, name = spec["class_path"].rpartition(".")
+    for candidate in (module, "lightning.pytorch.strategies", "pytorch_lightning.strategies"):
+        try:
+            strategies = importlib.import_module(candidate)
+        except ImportError:
+            continue
+        if hasattr(strategies, name):
+            return getattr(strategies, name)(**spec.get("init_args", {}))
+        raise AutotuneError(f"Lightning {lightning_version()} has no {name} (in {candidate})")
+    raise UsageError(f"the recipe's strategy is Lightning's {name}: pip install lightning")
+
+
+def _check_ddp_keywords(init_args: dict[str, Any]) -> None:
+    from torch.nn.parallel import DistributedDataParallel
+
+    try:
+        inspect.signature(DistributedDataParallel.__init__).bind(None, None, **init_args)
+    except TypeError as exc:
+        raise AutotuneError(f"DistributedDataParallel refuses DDPStrategy's keywords: {exc}") from None
 
 
 def notes(recipe: Recipe) -> list[str]:
@@ -90,8 +138,14 @@ def notes(recipe: Recipe) -> list[str]:
     batch, the recipe's own batches, checkpointing and compile (`apply_to_model` in
     configure_model), then each knob's own (`registry.Knob.lightning_note`)."""
     cfg = recipe.config
+    ranks = recipe.world_size
     lines = []
-    if recipe.global_batch_tokens is not None:
+    if recipe.global_batch_tokens is not None and ranks > 1:
+        lines.append(
+            f"Global batch: {recipe.global_batch_tokens} tokens per optimizer step, {recipe.accumulation_steps} "
+            f"micro-batches of {cfg.token_budget} (accumulate_grad_batches) on each of its {ranks} devices."
+        )
+    elif recipe.global_batch_tokens is not None:
         lines.append(
             f"Global batch: {recipe.global_batch_tokens} tokens per optimizer step, {recipe.accumulation_steps} "
             f"micro-batches of {cfg.token_budget} (accumulate_grad_batches), on one device; with N devices, "
@@ -102,6 +156,11 @@ def notes(recipe: Recipe) -> list[str]:
             "For the recipe's own batches (token budget, length grouping or packing), pass "
             "recipe.dataloader(dataset, for_model=model) to trainer.fit instead of a DataLoader."
         )
+    if ranks > 1:
+        lines.append(
+            f"recipe.dataloader deals each of the {ranks} ranks its own share of every epoch: with it, give Trainer "
+            "use_distributed_sampler=False (Lightning cannot put its sampler in the recipe's batches)."
+        )
     done = []
     if cfg.checkpoint_layers:
         done.append(
@@ -110,7 +169,12 @@ def notes(recipe: Recipe) -> list[str]:
         )
     if cfg.compile_mode != "none":
         done.append(f"{'then ' if done else ''}compiles {compiled_scope(recipe)}")
-    if done:
+    if done and cfg.parallelism == "ddp":
+        lines.append(
+            f"The recipe {', '.join(done)}: call recipe.apply_to_model(self.model, wrap=False) in "
+            "LightningModule.configure_model, which does exactly that (DDPStrategy wraps the model after it)."
+        )
+    elif done:
         lines.append(
             f"The recipe {', '.join(done)}: call recipe.apply_to_model(self.model) in "
             "LightningModule.configure_model, which does exactly that."

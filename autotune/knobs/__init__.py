@@ -13,6 +13,8 @@ loss_impl=chunked, attention_mask=document) need the seams autotune's GPT has an
     1. loss_impl       (sets the function the head computes its loss with: compile must see it)
     2. checkpointing   (wraps each chosen block's forward in non-reentrant checkpointing)
     3. compile         (at compile_scope: blocks, blocks+head or the whole model)
+    4. parallelism     (several ranks: the DDP wrap, or FSDP2's fully_shard per block then the
+                        root; `knobs.parallel`, torchtitan's order)
 
 Compiling after checkpointing lets dynamo see the checkpoint as one higher-order op and
 plan the recomputation itself; the other order would hide the compiled code inside an
@@ -21,7 +23,7 @@ compile, the default scope, traces one graph that every identical block reuses, 
 time does not grow with depth (it is paid in every trial).
 
 Import from the modules: `knobs.apply` (apply_model_knobs, the order above), `knobs.loss`,
-`knobs.checkpoint`, `knobs.compile`, `knobs.precision`, `knobs.attention`, `knobs.allocator` and
+`knobs.checkpoint`, `knobs.compile`, `knobs.parallel`, `knobs.precision`, `knobs.attention`, `knobs.allocator` and
 `knobs.support` (torch-free, read by the study side).
 """
 

@@ -19,14 +19,19 @@ class Where:
 
     block_path: str | None  # where the transformer blocks are (None: found by their usual names)
     device_kind: str  # "cpu" or "cuda": where the model's parameters are
+    world_size: int = 1  # the ranks the caller expects to train together (`knobs.parallel` checks the group's)
 
 
-def apply_model_knobs(model: nn.Module, cfg: TrainConfig, block_path: str | None = None) -> nn.Module:
+def apply_model_knobs(
+    model: nn.Module, cfg: TrainConfig, block_path: str | None = None, *, world_size: int = 1
+) -> nn.Module:
     """What the model cannot take fails first, whole; then training set-up, then each knob of
-    the model stage in the registry's order: the allocator, the loss, checkpointing, compile."""
+    the model stage in the registry's order: the allocator, the loss, checkpointing, compile,
+    then the DDP wrap or FSDP2 sharding over `world_size` ranks (the model returned is the one
+    to train: DDP's wrapper). Use the model returned."""
     check_model_supported(model, cfg)
     prepare_for_training(model)
-    where = Where(block_path, _device_kind(model))
+    where = Where(block_path, _device_kind(model), world_size)
     for name in registry.MODEL_STAGE:
         model = registry.resolve(registry.knob(name).apply)(model, cfg, where)
     return model

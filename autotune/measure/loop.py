@@ -56,6 +56,7 @@ from autotune.measure.extremes import Extremes, extreme_shapes, run_extremes
 from autotune.measure.flops import flops_per_token, model_flops_utilization
 from autotune.measure.measurement import Measurement
 from autotune.measure.peaks import PhasePeaks, memory_meter
+from autotune.measure.ranks import Ranks
 from autotune.measure.setup import set_up_training
 from autotune.measure.warmup import WarmUp
 
@@ -133,6 +134,8 @@ class _Run:
         # batch is UnsupportedConfig before anything is built.
         self.accumulation = spec.accumulation_steps(cfg)
         self.peaks = PhasePeaks.start(memory_meter(session, host))
+        # Alone, or one of the ranks of a launch (`measure.ranks`: what they decide together).
+        self.ranks = Ranks(self.device)
 
     def execute(self) -> Measurement:
         with fp32_precision(self.cfg.amp_dtype), self.events:
@@ -142,12 +145,19 @@ class _Run:
             # Data for warm-up and the longest first window in one epoch: no new epoch (workers
             # started anew, unless persistent) inside the window, as in a run over a real corpus.
             data_steps = self.spec.warmup + MAX_STEPS_FACTOR * self.spec.steps + self.accumulation
-            run = set_up_training(self.spec, self.cfg, device=self.device, device_kind=self.kind, data_steps=data_steps)
+            run = set_up_training(
+                self.spec,
+                self.cfg,
+                device=self.device,
+                device_kind=self.kind,
+                data_steps=data_steps,
+                rank=self.ranks.rank,
+            )
             self.shape, self.n_params = run.shape, run.n_params
             self.phase["setup"] = time.perf_counter() - t
             try:
                 t = time.perf_counter()
-                warm = run.warm_up(self.spec, sync=self.session.sync, events=self.events)
+                warm = run.warm_up(self.spec, sync=self.session.sync, events=self.events, agree=self.ranks.all)
                 self.session.after_warm_up()
                 self.peaks.close("warmup")
                 self.extremes = self._run_extremes(run.step, run.loader)
@@ -166,7 +176,8 @@ class _Run:
         """The timed steps. With a threshold to prune below (the search's best, less a margin), a
         short window first: clearly below it, beyond its 95 % interval, and the run is not timed in
         full (`short_window`); otherwise the rest of the window follows, merged with it."""
-        threshold = self.spec.prune_below_tokens_per_sec
+        # Several ranks are timed in full: a short window's verdict would be each rank's own.
+        threshold = self.spec.prune_below_tokens_per_sec if self.ranks.alone else None
         if threshold is not None:
             first = self._clean_window(run.batches, run.step, SHORT_SHARE)
             high = self._interval_high(first)
@@ -176,7 +187,7 @@ class _Run:
             window = first.merge(self._clean_window(run.batches, run.step, 1.0 - SHORT_SHARE))
         else:
             window = self._clean_window(run.batches, run.step)
-        if window.cv > CV_TARGET:  # noisy: one more window of samples before judging
+        if self.ranks.any(window.cv > CV_TARGET):  # noisy: one more window of samples before judging
             window = window.merge(self._clean_window(run.batches, run.step))
         return window
 
@@ -210,7 +221,7 @@ class _Run:
         by its `recompiles`)."""
         window = self._timed(batches, step, share)
         dropped = 0
-        while window.recompiles and dropped < MAX_RETIMES:
+        while self.ranks.any(window.recompiles > 0) and dropped < MAX_RETIMES:
             dropped += 1
             window = self._timed(batches, step, share)
         window.retimed = dropped
@@ -225,14 +236,19 @@ class _Run:
         events_before, epochs_before = self.events.total, batches.epochs
         with self.session.sampler() as sampler:
             self.session.sync()
+            self.ranks.barrier()  # several ranks start the window together
             energy_start = self.energy.start()  # after the synchronize: the window's work only
             start = time.perf_counter()
             clock.mark()
-            while (
-                len(window.widths) < steps
-                or len(window.widths) % self.accumulation  # whole optimizer steps only
-                or (time.perf_counter() - start < min_time and len(window.widths) < MAX_STEPS_FACTOR * steps)
-            ):
+
+            def more() -> bool:
+                done = len(window.widths)
+                if done < steps or done % self.accumulation:  # whole optimizer steps only
+                    return True
+                # each rank reads its own clock: they stop together, when any still wants more
+                return self.ranks.any(time.perf_counter() - start < min_time and done < MAX_STEPS_FACTOR * steps)
+
+            while more():
                 t = time.perf_counter()
                 x, y, *documents = next(batches)  # packed documents add document_ids
                 window.wait_s += time.perf_counter() - t
@@ -243,8 +259,9 @@ class _Run:
                 loss = step(x, y, *documents)
                 clock.mark()
             self.session.sync()
-            window.wall_s = time.perf_counter() - start
+            window.wall_s = time.perf_counter() - start  # this rank's own window
             window.energy_j = self.energy.joules_since(energy_start)
+            self.ranks.barrier()  # no rank starts what follows before the slowest has finished
         window.step_times = clock.durations()
         window.recompiles = self.events.total - events_before
         window.epochs = batches.epochs - epochs_before
@@ -286,7 +303,7 @@ class _Run:
                 measured=measured,
             )
 
-        return Measurement(
+        measurement = Measurement(
             config=self.cfg.to_dict(),
             outcome=outcome,
             reason=reason,
@@ -340,6 +357,23 @@ class _Run:
             device=self.info.to_dict(),
             phase_s=dict(self.phase),
         )
+        if not self.ranks.alone:  # this rank's own figures, for `trial.ranks` to aggregate
+            measurement.world_size = self.ranks.world
+            measurement.ranks = [
+                {
+                    "rank": self.ranks.rank,
+                    "tokens": window.tokens,
+                    "positions": window.positions,
+                    "window_s": window.wall_s,
+                    "tokens_per_sec": tokens_per_sec,
+                    "data_wait_fraction": measurement.data_wait_fraction,
+                    "peak_memory_bytes": peak,
+                    "step_time_median_s": median,
+                    "mfu": measurement.mfu,
+                    "threads": torch.get_num_threads(),  # OMP_NUM_THREADS: the host's CPUs // ranks
+                }
+            ]
+        return measurement
 
 
 @dataclass

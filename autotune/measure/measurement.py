@@ -79,13 +79,30 @@ class Measurement:
     # and per-token latency p50/p99, prefill tokens/s, the correctness check); None for training.
     # Its tokens_per_sec is output tokens/s at the batch.
     generation: dict[str, Any] | None = None
+    # Several ranks (`--nproc-per-node N`, `trial.ranks`): absent from a single process's record.
+    # tokens_per_sec is then global: every rank's real tokens over the slowest rank's window; mfu,
+    # step times and peak memory are per device (the worst rank's peak: the limit is per device).
+    world_size: int = 1
+    per_device_tokens_per_sec: float | None = None  # tokens_per_sec / world_size
+    straggler_ratio: float | None = None  # the slowest rank's window over the fastest's (1.0: none)
+    # tokens_per_sec over world_size x the best single-rank configuration's (a reference trial
+    # with one rank, measured by the search on the same host); None until one is measured
+    scaling_efficiency: float | None = None
+    # Each rank's own figures: rank, tokens, window_s, tokens_per_sec, data_wait_fraction,
+    # peak_memory_bytes, step_time_median_s, mfu, ready_s (launch to the rank's entry: what a
+    # rank costs to start), rendezvous_s (its init_process_group)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def tokens_per_joule(self) -> float | None:
         return 1.0 / self.joules_per_token if self.joules_per_token else None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.world_size == 1:  # a single process's record reads as it always has
+            for name in RANK_FIELDS:
+                del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Measurement":
@@ -96,3 +113,7 @@ class Measurement:
     def failed(cls, config: Mapping[str, Any], outcome: str, reason: str | None, **context: Any) -> "Measurement":
         """A run that produced no figures: its outcome and why."""
         return cls(config=dict(config), outcome=outcome, reason=reason, **context)
+
+
+# The figures of several ranks, left out of a single process's record.
+RANK_FIELDS = ("world_size", "per_device_tokens_per_sec", "straggler_ratio", "scaling_efficiency", "ranks")

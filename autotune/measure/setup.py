@@ -38,9 +38,17 @@ class TrainingSetUp:
     step: TrainStep
     accumulation: int  # micro-batches per optimizer step
 
-    def warm_up(self, spec: RunSpec, *, sync: Callable[[], None], events: CompileEvents) -> WarmUp:
+    def warm_up(
+        self,
+        spec: RunSpec,
+        *,
+        sync: Callable[[], None],
+        events: CompileEvents,
+        agree: Callable[[bool], bool] | None = None,
+    ) -> WarmUp:
         """One step on a batch of every distinct shape, pass after pass until nothing compiles,
-        then `spec.warmup` steps on real data, ending at an optimizer-step boundary."""
+        then `spec.warmup` steps on real data, ending at an optimizer-step boundary. `agree`:
+        whether every rank's pass was quiet (`measure.ranks`), given this rank's."""
         return warm_up(
             self.step,
             self.batches,
@@ -52,6 +60,7 @@ class TrainingSetUp:
             events=events,
             seed=spec.seed,
             accumulation_steps=self.accumulation,
+            agree=agree,
         )
 
     def close(self) -> None:
@@ -80,11 +89,14 @@ def set_up_training(
     annotate: bool = False,
     before_knobs: Callable[[], None] | None = None,
     data_steps: int | None = None,
+    rank: int = 0,
 ) -> TrainingSetUp:
     """Build (or take) the model, move it to `device`, apply the knobs in their order, and make
     the optimizer, data and step. `annotate` labels the optimizer step for the profiler;
     `before_knobs` runs just before the knobs are applied (the profiler names compiled kernels);
-    `data_steps`: micro-steps the data must hold in one epoch (at least; else its default size)."""
+    `data_steps`: micro-steps the data must hold in one epoch (at least; else its default size);
+    `rank`: which rank of a launch this is: each reads the same corpus in its own order (its own
+    shard of the batches, the same set of batch shapes)."""
     accumulation = spec.accumulation_steps(cfg)  # UnsupportedConfig before anything is built
     model = model if model is not None else build_model(spec.model)
     shape = model_shape(model, spec.seq_len)
@@ -95,7 +107,7 @@ def set_up_training(
     model.to(device).train()
     if before_knobs is not None:
         before_knobs()
-    apply_model_knobs(model, cfg)
+    model = apply_model_knobs(model, cfg, world_size=spec.nproc_per_node)  # DDP wraps: train what comes back
     optimizer = make_optimizer(model, device)
     scaler = grad_scaler(device_kind, cfg.amp_dtype)
     dataset = make_dataset(
@@ -105,7 +117,7 @@ def set_up_training(
         seed=spec.seed,
         min_tokens=epoch_tokens(shape.context_length, cfg.token_budget, data_steps),
     )
-    loader = build_dataloader(dataset, cfg, seq_len=shape.context_length, seed=spec.seed)
+    loader = build_dataloader(dataset, cfg, seq_len=shape.context_length, seed=spec.seed + rank)
     step = make_train_step(
         model,
         optimizer,

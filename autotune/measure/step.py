@@ -11,6 +11,7 @@ import torch.nn as nn
 
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
+from autotune.knobs.parallel import GradientSync
 from autotune.knobs.precision import training_context
 from autotune.model.contract import forward_loss
 
@@ -26,7 +27,9 @@ class TrainStep:
     batch when the micro-batches hold equal real tokens, as packed and fixed ones do). The
     micro-step that completes a group also unscales, steps and zeroes (GradScaler: one
     `step`/`update` per optimizer step, as its accumulation recipe says). `pending` counts
-    the micro-steps since the last optimizer step: 0 at a boundary.
+    the micro-steps since the last optimizer step: 0 at a boundary. Over several ranks (DDP,
+    FSDP2) only the micro-step that completes a group communicates its gradients
+    (`knobs.parallel.GradientSync`): the others accumulate locally.
 
     Every autotune loop runs it (measure, verify, profile). The batch's labels are aligned
     (label t is the target of position t); how the model is called and its loss read is the
@@ -59,6 +62,8 @@ class TrainStep:
             (lambda: torch.profiler.record_function(OPTIMIZER_REGION)) if annotate else contextlib.nullcontext
         )
         self._loss_of = forward_loss(model)  # decided once, not per step
+        # Several ranks: gradients communicated on the last micro-batch of an optimizer step only.
+        self._sync = GradientSync(model)
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
         """One micro-step on (x, y); returns its loss, unscaled."""
@@ -67,10 +72,11 @@ class TrainStep:
         y = y.to(self.device, non_blocking=True)
         # Packed batches under attention_mask=document carry each position's document.
         extra = {} if document_ids is None else {"document_ids": document_ids.to(self.device, non_blocking=True)}
-        with training_context(self.device_kind, self.cfg):
-            loss = self._loss_of(x, y, **extra)
-        scaled = loss if self.accumulation_steps == 1 else loss / self.accumulation_steps
-        self.scaler.scale(scaled).backward()
+        with self._sync(last=self.pending + 1 == self.accumulation_steps):
+            with training_context(self.device_kind, self.cfg):
+                loss = self._loss_of(x, y, **extra)
+            scaled = loss if self.accumulation_steps == 1 else loss / self.accumulation_steps
+            self.scaler.scale(scaled).backward()
         self.micro_steps += 1
         self.pending += 1
         if self.pending == self.accumulation_steps:

@@ -78,18 +78,20 @@ def warm_up(
     events: CompileEvents,
     seed: int = 0,
     accumulation_steps: int = 1,
+    agree: Callable[[bool], bool] | None = None,
 ) -> WarmUp:
     """Every shape until a pass is quiet (see the module docstring), then `data_steps` real
     batches, and more until the steps so far make whole optimizer steps (`accumulation_steps`
     micro-steps each), so the timed window starts at an optimizer-step boundary; each step
-    synchronized and timed."""
+    synchronized and timed. `agree`: over several ranks, whether every rank's pass was quiet
+    (they take the same number of steps: each step's collectives are every rank's)."""
     result = WarmUp()
     generator = torch.Generator().manual_seed(seed)
     batches_of_shapes = [synthetic_batch(shape, vocab_size, generator, documents=documents) for shape in shapes or ()]
     for _ in range(MAX_SHAPE_PASSES if batches_of_shapes else 0):
         before = events.total
         result.shape_passes.append([_timed_step(step, sync, *batch) for batch in batches_of_shapes])
-        result.quiet = events.total == before
+        result.quiet = events.total == before if agree is None else agree(events.total == before)
         if result.quiet:
             break
     whole = -(-(result.shape_steps + data_steps) // accumulation_steps) * accumulation_steps

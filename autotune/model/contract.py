@@ -52,8 +52,11 @@ CONTRACT_HINT = (
 
 def forward_loss(model: nn.Module) -> Callable[..., torch.Tensor]:
     """`loss = call(input_ids, aligned_labels, **extra)` for this model, decided once (not per
-    step). `extra`: inputs a knob adds (document_ids, for autotune's GPT under a document mask)."""
-    if is_hf_model(model) and has_head_loss(model):
+    step). `extra`: inputs a knob adds (document_ids, for autotune's GPT under a document mask).
+    A model wrapped in DistributedDataParallel is called through the wrapper, as the model it
+    wraps is called."""
+    inner = _unwrapped(model)
+    if is_hf_model(inner) and has_head_loss(inner):
 
         def call_hf_head_loss(x: torch.Tensor, y: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
             # The loss through autotune's seam (loss_impl): from the hidden states, never the full
@@ -61,7 +64,7 @@ def forward_loss(model: nn.Module) -> Callable[..., torch.Tensor]:
             return loss_from_output(model(input_ids=x, shift_labels=y, use_cache=False, **extra), y)
 
         return call_hf_head_loss
-    if is_hf_model(model):
+    if is_hf_model(inner):
 
         def call_hf(x: torch.Tensor, y: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
             # No labels (the model would shift them) and no attention mask: with right padding
@@ -70,14 +73,20 @@ def forward_loss(model: nn.Module) -> Callable[..., torch.Tensor]:
             return loss_from_output(model(input_ids=x, use_cache=False, **extra), y)
 
         return call_hf
-    call = _aligned_call(model)
+    call = _aligned_call(model, _forward_params(inner))
     return lambda x, y, **extra: loss_from_output(call(x, y, **extra), y)
 
 
-def _aligned_call(model: nn.Module) -> Callable[..., Any]:
-    """model(x, labels=y), model(x, y) or model(x), by what its forward takes: a keyword keeps
-    labels out of a parameter that happens to come second (attention_mask, past_key_values)."""
-    params = _forward_params(model)
+def _unwrapped(model: nn.Module) -> nn.Module:
+    """The model a DistributedDataParallel wrapper holds (its forward takes anything), else the model."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def _aligned_call(model: nn.Module, params: dict[str, inspect.Parameter]) -> Callable[..., Any]:
+    """model(x, labels=y), model(x, y) or model(x), by what its forward takes (`params`): a keyword
+    keeps labels out of a parameter that happens to come second (attention_mask, past_key_values)."""
     if "labels" in params:
         return lambda x, y, **extra: model(x, labels=y, **extra)
     positional = [
@@ -198,7 +207,7 @@ def _probe_losses(model: nn.Module) -> tuple[float | None, float | None]:
     at_first = torch.full_like(x, IGNORE_INDEX)
     at_first[0, 0] = x[0, 1]
     everywhere = torch.roll(x, -1, dims=1)
-    call = _aligned_call(model)
+    call = _aligned_call(model, _forward_params(model))
     was_training = model.training
     library_log = logging.getLogger("transformers")  # a wrapped HF model's first-loss notice is not ours to print
     saved_level = library_log.level

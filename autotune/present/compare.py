@@ -16,7 +16,7 @@ from autotune.config import GENERATE_KNOBS, KNOBS, normalize_config_dict
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.present.importance import TOP_IMPORTANCES, Importance, knob_importance
-from autotune.present.summaries import speedup_json, speedup_text
+from autotune.present.summaries import ranks_json, ranks_rows, speedup_json, speedup_text
 from autotune.present.text import (
     counts_text,
     device_memory_text,
@@ -275,6 +275,10 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
     )
     row("speedup vs baseline", (speedup_text(v.summary, BASELINE) for v in views))
     row("speedup vs checklist", (speedup_text(v.summary, CHECKLIST) for v in views))
+    if any(v.summary.world_size > 1 for v in views):  # studies of several ranks: their own figures
+        per_view = [dict(ranks_rows(v.summary)) for v in views]
+        for label in ("ranks", "global tokens/s", "per-device tokens/s", "scaling efficiency", "straggler ratio"):
+            row(label, (figures.get(label, "1" if label == "ranks" else "-") for figures in per_view))
     for knob in comp.knobs:
         mark = "* " if knob in comp.differ else "  "
         row(
@@ -367,6 +371,7 @@ def _view_dict(v: StudyView) -> dict[str, Any]:
             **({"generation": m.generation} if m is not None and m.generation is not None else {}),
         },
         **speedup_json(v.summary),
+        **ranks_json(v.summary),
         "importance": v.importance.values,
         "importance_note": v.importance.note,
         "importance_trials": v.importance.n_trials,

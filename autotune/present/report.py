@@ -32,7 +32,7 @@ from autotune.errors import AutotuneError, UsageError
 from autotune.measure import outcomes
 from autotune.present.generation import format_ms, front, is_generation
 from autotune.present.importance import Importance, knob_importance
-from autotune.present.summaries import speedup_text
+from autotune.present.summaries import ranks_rows, speedup_text
 from autotune.present.text import (
     config_summary,
     counts_text,
@@ -449,6 +449,7 @@ def _measurement_rows(summary: StudySummary, limit: int | None) -> list[list[str
         ],
         ["speedup vs baseline", speedup_text(summary, BASELINE)],
         ["speedup vs checklist", speedup_text(summary, CHECKLIST)],
+        *([label, text] for label, text in ranks_rows(summary)),
     ]
 
 

@@ -184,8 +184,65 @@ def best_table(summary) -> str:
         ("speedup vs baseline", speedup_text(summary, BASELINE)),
         ("speedup vs checklist", speedup_text(summary, CHECKLIST)),
     ]
+    rows += ranks_rows(summary)
     rows += _leader_rows(summary)
     return table(("best: trial #" + str(best.number), ""), rows)
+
+
+def ranks_rows(summary) -> list[tuple[str, str]]:
+    """The best's figures of several ranks (none for one process): global and per-device tokens/s,
+    scaling efficiency against N x the best on one rank, the straggler ratio, a rank's start."""
+    m = summary.best.measurement if summary.best is not None else None
+    if m is None or m.world_size <= 1:
+        return []
+    n = m.world_size
+    single = summary.single_rank or {}
+    efficiency = summary.scaling_efficiency
+    if efficiency is not None:
+        scaling = (
+            f"{format_pct(efficiency)}  (global over {n} x {format_rate(single.get('tokens_per_sec'))} tok/s: the "
+            "same configuration on one rank)"
+        )
+    elif single.get("trial") == summary.best.number:
+        scaling = f"n/a: the single-rank reference ended {single.get('outcome')} ({single.get('reason') or '-'})"
+    else:
+        scaling = "n/a: no single-rank reference measured yet (the search measures one for its best)"
+    waits = ", ".join(format_pct(r.get("data_wait_fraction")) for r in m.ranks) or "n/a"
+    start = m.phase_s.get("rank_start")
+    return [
+        ("ranks", f"{n} (one launch of {n} processes a trial; figures per device are each rank's)"),
+        ("global tokens/s", f"{format_rate(summary.best.figure)}  (every rank's real tokens / the slowest window)"),
+        ("per-device tokens/s", format_rate(summary.best.figure / n if summary.best.figure else None)),
+        ("scaling efficiency", scaling),
+        (
+            "straggler ratio",
+            f"{m.straggler_ratio:.3f}  (slowest rank's window / fastest's)" if m.straggler_ratio else "n/a",
+        ),
+        ("data wait per rank", waits),
+        (
+            "rank start",
+            f"{start:.1f} s launch to the slowest rank's entry, {m.phase_s.get('rank_imports', 0.0):.1f} s imports, "
+            f"{m.phase_s.get('rank_rendezvous', 0.0):.1f} s rendezvous"
+            if start is not None
+            else "n/a",
+        ),
+    ]
+
+
+def ranks_json(summary) -> dict[str, Any]:
+    """The same, for --json (absent for one process)."""
+    m = summary.best.measurement if summary.best is not None else None
+    if m is None or m.world_size <= 1:
+        return {}
+    figure = summary.best.figure
+    return {
+        "world_size": m.world_size,
+        "global_tokens_per_sec": figure,
+        "per_device_tokens_per_sec": figure / m.world_size if figure else None,
+        "scaling_efficiency": summary.scaling_efficiency,
+        "single_rank_reference": summary.single_rank,
+        "straggler_ratio": m.straggler_ratio,
+    }
 
 
 def _leader_rows(summary) -> list[tuple[str, str]]:
@@ -283,6 +340,7 @@ def summary_json(result) -> dict[str, Any]:
         "baseline": _trial_json(s.baseline) if s.baseline else None,
         "checklist": _trial_json(s.checklist) if s.checklist else None,
         **speedup_json(s),
+        **ranks_json(s),
         "leaders": [
             {
                 "trial": c.number,

@@ -42,6 +42,9 @@ def recipe_from_trial(
     task = study_attrs.get("task", registry.TRAIN)
     if task == registry.GENERATE and m is not None:
         measured["generation"] = m.generation  # time to first token, per-token latency, the check
+    if m is not None and m.world_size > 1:  # several ranks: tokens_per_sec is global (the mean of its runs)
+        measured["per_device_tokens_per_sec"] = measured["tokens_per_sec"] / m.world_size
+        measured["scaling_efficiency"] = summary.scaling_efficiency  # against N x the best on one rank
     leaders = [c for c in summary.leaders if c.remeasured]
     if len(leaders) > 1:  # the winner was chosen among several: say among which, and by what
         measured["leaders"] = [{"trial": c.number, "runs": list(c.values), "mean": c.mean} for c in leaders]
@@ -65,6 +68,7 @@ def recipe_from_trial(
         created=now_iso(),
         # The study's global batch: every trial reached it by accumulating token_budget micro-batches.
         global_batch_tokens=(study_attrs.get("run") or {}).get("global_batch_tokens"),
+        world_size=(study_attrs.get("run") or {}).get("nproc_per_node", 1),  # the ranks every trial ran on
         task=task,
         workload=dict(study_attrs.get("workload") or {}),
     )

@@ -10,8 +10,12 @@ YAML, safe loader only):
     workload                   a generation recipe's: prompt lengths (min, max, mean, the list), new_tokens,
                                agree_tokens (`search.generate`)
     batch                      micro_batch_tokens (= config.token_budget), accumulation_steps,
-                               global_batch_tokens (null: one micro-batch per optimizer step);
-                               a recipe without it (older) accumulates nothing
+                               world_size, global_batch_tokens (null: one micro-batch per optimizer
+                               step); micro_batch_tokens x accumulation_steps x world_size is the
+                               global batch. world_size: the ranks it was measured with (torchrun
+                               --nproc-per-node), each taking its own micro-batches; absent: 1, one
+                               process (config.parallelism none; ddp or fsdp2 with more than one).
+                               A recipe without the section (older) accumulates nothing, on one rank
     model                      name, seq_len, n_layer, vocab_size, non_embedding_params
     data                       the data spec it was measured on (synthetic or a file name)
     measured                   tokens_per_sec, padded_tokens_per_sec, padding_fraction,
@@ -42,17 +46,22 @@ code of the recipe author's choosing, so it needs the user's explicit say (see `
 In a training script (the recipe applies itself; see `Recipe.dataloader` for the dataset contract):
 
     recipe = autotune.Recipe.load("recipes/gpt2-nvidia-h200.json")
-    model = recipe.apply_to_model(model)                # TF32 if chosen; checkpoint blocks, then compile
+    model = recipe.apply_to_model(model)                # TF32 if chosen; checkpoint blocks, compile, DDP/FSDP2
     loader = recipe.dataloader(dataset, for_model=model)  # its context and labels; workers, budget batches
     scaler = recipe.grad_scaler()                       # enabled only for float16
-    for i, batch in enumerate(loader):                  # one micro-batch of token_budget positions
+    for i, batch in enumerate(loader):                  # one micro-batch of token_budget positions (this rank's)
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        with recipe.autocast():                         # AMP dtype (or TF32) and the forced SDPA backend
-            output = model(**batch)
-        loss = getattr(output, "loss", output)          # .loss (Hugging Face) or the loss itself
-        scaler.scale(loss / recipe.accumulation_steps).backward()
+        with recipe.gradient_sync(model, i):            # several ranks: communicate on the step's last only
+            with recipe.autocast():                     # AMP dtype (or TF32) and the forced SDPA backend
+                output = model(**batch)
+            loss = getattr(output, "loss", output)      # .loss (Hugging Face) or the loss itself
+            scaler.scale(loss / recipe.accumulation_steps).backward()
         if recipe.optimizer_step_due(i):                # every accumulation_steps-th micro-batch
             scaler.step(optimizer); scaler.update(); optimizer.zero_grad()
+
+A recipe of several ranks (batch.world_size N) runs that loop in each of N processes, launched
+by `torchrun --nproc-per-node N` (`autotune export --format torchrun`), after
+`torch.distributed.init_process_group()` (and, on GPUs, `torch.cuda.set_device(LOCAL_RANK)`).
 
 In a generation script: `recipe.apply_to_generation(model)` (`recipe.generation`).
 
@@ -73,6 +82,7 @@ import yaml
 from autotune import registry
 from autotune.config import (
     MAX_GLOBAL_BATCH_TOKENS,
+    MAX_NPROC_PER_NODE,
     MAX_TOKEN_BUDGET,
     GenerateConfig,
     JsonProblem,
@@ -138,18 +148,25 @@ class Recipe:
     global_batch_tokens: int | None = None
     task: str = registry.TRAIN  # what it tunes: training, or text generation ("generate")
     workload: dict[str, Any] = field(default_factory=dict)  # a generation recipe's prompts and new tokens
+    # The ranks it was measured with (torchrun --nproc-per-node), one per device: more than one
+    # trains with config.parallelism ddp or fsdp2, and the global batch is across all of them.
+    # Written in the `batch` section only when more than 1: a one-process recipe reads as before.
+    world_size: int = 1
     # The file it was read from (`load`), for messages; not a field: never written, never compared.
     source: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         if self.config.TASK != self.task:
             raise UsageError(f"recipe: a {self.task} recipe with a {type(self.config).__name__}")
+        check_int("world_size", self.world_size, minimum=1, maximum=MAX_NPROC_PER_NODE)
+        _check_ranks(self.config, self.world_size, where="recipe")
         if self.global_batch_tokens is not None:
             check_int("global_batch_tokens", self.global_batch_tokens, minimum=1, maximum=MAX_GLOBAL_BATCH_TOKENS)
             try:
-                accumulation_steps(self.global_batch_tokens, self.config.token_budget)
+                accumulation_steps(self.global_batch_tokens, self.config.token_budget, self.world_size)
             except UnsupportedConfig as exc:
                 raise UsageError(f"recipe: {exc}") from None
+        _check_run(self.config, self.accumulation_steps if self.task == registry.TRAIN else 1, where="recipe")
 
     # --- the global batch ------------------------------------------------------------------
 
@@ -160,8 +177,9 @@ class Recipe:
 
     @property
     def accumulation_steps(self) -> int:
-        """Micro-batches per optimizer step: global_batch_tokens // token_budget, else 1."""
-        return accumulation_steps(self.global_batch_tokens, self.config.token_budget)
+        """Micro-batches per optimizer step on each rank: global_batch_tokens // (token_budget x
+        world_size), else 1."""
+        return accumulation_steps(self.global_batch_tokens, self.config.token_budget, self.world_size)
 
     def optimizer_step_due(self, micro_step: int) -> bool:
         """Whether the optimizer steps after micro-batch `micro_step` (counted from 0): after
@@ -169,18 +187,24 @@ class Recipe:
         return (micro_step + 1) % self.accumulation_steps == 0
 
     def batch_section(self) -> dict[str, Any]:
-        return {
+        section: dict[str, Any] = {
             "micro_batch_tokens": self.micro_batch_tokens,
             "accumulation_steps": self.accumulation_steps,
-            "global_batch_tokens": self.global_batch_tokens,
         }
+        if self.world_size > 1:  # one rank: the section reads as it always has
+            section["world_size"] = self.world_size
+        section["global_batch_tokens"] = self.global_batch_tokens
+        return section
 
     # --- files -----------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["config"] = self.config.to_dict()
-        del data["global_batch_tokens"]
+        if self.task == registry.TRAIN and self.config.parallelism == "none":
+            # one process: the multi-rank knobs are all at their defaults, and the recipe reads as it always has
+            data["config"] = {k: v for k, v in data["config"].items() if not registry.knob(k).ranks_only}
+        del data["global_batch_tokens"], data["world_size"]  # both in the batch section
         if not self.reference_flags:  # nothing flagged: the file stays readable by an autotune without the section
             del data["reference_flags"]
         if self.task == registry.TRAIN:  # a training recipe reads as it always has: no task, no workload
@@ -265,8 +289,11 @@ class Recipe:
         _check_fields(flags, {name: _speedup_flags for name in flags}, where=f"{where}: reference_flags")
         study = _redacted(raw.get("study", {}))  # a hand-made recipe may hold a password
         _check_fields(study, _STUDY_FIELDS, where=f"{where}: study")
+        world_size = 1
         if task == registry.TRAIN:
-            global_batch = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
+            global_batch, world_size = _global_batch(raw.get("batch", {}), config, where=f"{where}: batch")
+            _check_ranks(config, world_size, where=where)
+            _check_run(config, accumulation_steps(global_batch, config.token_budget, world_size), where=where)
         else:
             global_batch = None
             _check_workload(raw.get("workload", {}), where=f"{where}: workload")
@@ -284,6 +311,7 @@ class Recipe:
             global_batch_tokens=global_batch,
             task=task,
             workload=raw.get("workload", {}),
+            world_size=world_size,
         )
 
     # --- running it here ------------------------------------------------------------------
@@ -325,11 +353,17 @@ class Recipe:
         return allocator_env(self.config, os.environ)
 
     def apply_to_model(
-        self, model: "torch.nn.Module", block_path: str | None = None, device: "str | torch.device | None" = None
+        self,
+        model: "torch.nn.Module",
+        block_path: str | None = None,
+        device: "str | torch.device | None" = None,
+        *,
+        wrap: bool = True,
     ) -> "torch.nn.Module":
-        """Apply the model-side knobs to `model`, in place, and return it: activation
-        checkpointing of the recipe's blocks, then per-block torch.compile (the one order,
-        see `autotune.knobs`). A tf32 recipe also turns TF32 on here, process-wide, as it was
+        """Apply the model-side knobs to `model`, in place, and return the model to train: activation
+        checkpointing of the recipe's blocks, then per-block torch.compile, then for a recipe of
+        several ranks the DDP wrap or FSDP2's sharding (the one order, torchtitan's, see
+        `autotune.knobs`). A tf32 recipe also turns TF32 on here, process-wide, as it was
         measured: for the whole step (forward, backward, optimizer and the kernels compile
         generates), not just inside `autocast()`. Works on any model whose blocks sit in one ModuleList at
         transformer.h, model.layers, layers, blocks (and a few more), or at `block_path`
@@ -339,16 +373,40 @@ class Recipe:
         A Hugging Face model also runs without its KV cache unless a call asks for one
         (`generate` does): the cache makes compiled blocks recompile per layer and breaks
         checkpointed ones in backward; its config is untouched, so save_pretrained /
-        from_pretrained work as before."""
+        from_pretrained work as before.
+
+        A recipe of several ranks (`world_size` > 1) runs under torchrun with that many ranks,
+        the process group initialised: else UsageError, before anything is changed. ddp returns
+        the `DistributedDataParallel` wrapper (train it: its `.module` is your model); fsdp2
+        shards your model in place (`fully_shard` per block, then the root). Make the optimizer
+        after this call. `wrap=False`: checkpointing and compile only, for a framework that wraps
+        or shards itself (Lightning's DDPStrategy, Trainer's accelerate)."""
         from autotune.knobs.apply import apply_model_knobs
         from autotune.knobs.precision import set_tf32
 
         self._require(registry.TRAIN, "apply_to_model")
+        config, ranks = self.config, self.world_size
+        if ranks > 1 and wrap:
+            from autotune.recipe.training import check_ranks
+
+            check_ranks(ranks, config.parallelism, "recipe.apply_to_model")  # before the model is touched
+        elif ranks > 1:  # the framework wraps: the knobs of one process, the ranks' at their defaults
+            config, ranks = config.with_overrides({"parallelism": "none"}), 1
         if self.config.amp_dtype == "tf32":
             set_tf32(True)
         if device is not None:
             model.to(device)
-        return apply_model_knobs(model, self.config, block_path)
+        return apply_model_knobs(model, config, block_path, world_size=ranks)
+
+    def gradient_sync(self, model: "torch.nn.Module", micro_step: int) -> "contextlib.AbstractContextManager[None]":
+        """`with recipe.gradient_sync(model, i):` around micro-batch i's forward and backward
+        (counted from 0): over several ranks, gradients are communicated only on the micro-batch
+        that completes an optimizer step (`optimizer_step_due(i)`), as autotune measured; the
+        others accumulate locally (DDP's no_sync, FSDP2's set_requires_gradient_sync). A model of
+        one process: nothing to skip. `model`: what `apply_to_model` returned."""
+        from autotune.recipe.training import gradient_sync
+
+        return gradient_sync(model, last=self.optimizer_step_due(micro_step))
 
     def dataloader(
         self,
@@ -399,7 +457,14 @@ class Recipe:
         before training starts. Give large datasets a `lengths` attribute.
 
         collate_fn: replaces the padding collate; it receives the list of 1-D int64 tensors.
-        pin_memory on a machine without CUDA is dropped, with one warning."""
+        pin_memory on a machine without CUDA is dropped, with one warning.
+
+        A recipe of several ranks: every rank plans the same epoch (the same `seed` on every
+        rank) and takes its share, batches r, r + N, ... of N (the epoch padded by repeating its
+        first batches to a multiple of N, as DistributedSampler pads: every rank takes as many
+        steps). The rank is the process group's, read when the loader is first iterated (a
+        loader made before init_process_group shares too); iterated with no process group, or
+        one of another size, it is a UsageError. for_model may be the DDP wrapper."""
         from autotune.recipe.training import recipe_dataloader
 
         return recipe_dataloader(
@@ -411,6 +476,7 @@ class Recipe:
             collate_fn=collate_fn,
             attention_mask=attention_mask,
             seed=seed,
+            world_size=self.world_size,
         )
 
     def autocast(self, device_type: str | None = None) -> "contextlib.AbstractContextManager[None]":
@@ -515,6 +581,10 @@ _MODEL_FIELDS: dict[str, Callable[[Any], bool]] = {
 }
 _MEASURED_FIELDS: dict[str, Callable[[Any], bool]] = {
     "tokens_per_sec": _number,
+    "world_size": _count,
+    "per_device_tokens_per_sec": _number,
+    "straggler_ratio": _number,
+    "scaling_efficiency": _number,
     "padded_tokens_per_sec": _number,
     "padding_fraction": _number,
     "step_time_median_s": _number,
@@ -570,15 +640,17 @@ def _check_fields(section: Mapping[str, Any], fields: Mapping[str, Callable[[Any
             raise UsageError(f"{where}.{key}: expected {expected}, got {_shown(section[key])}")
 
 
-def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> int | None:
-    """The global batch of a `batch` section, checked against the config: micro_batch_tokens is
-    its token_budget, and micro_batch_tokens x accumulation_steps is the global batch."""
+def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> tuple[int | None, int]:
+    """The global batch and the world size of a `batch` section, checked against the config:
+    micro_batch_tokens is its token_budget, and micro_batch_tokens x accumulation_steps x
+    world_size is the global batch (world_size absent: 1)."""
     if not isinstance(batch, Mapping):
         raise UsageError(f"{where}: expected a mapping, got {_shown(batch)}")
     for key, top in (
         ("micro_batch_tokens", MAX_TOKEN_BUDGET),
         ("accumulation_steps", MAX_GLOBAL_BATCH_TOKENS),
         ("global_batch_tokens", MAX_GLOBAL_BATCH_TOKENS),
+        ("world_size", MAX_NPROC_PER_NODE),
     ):
         value = batch.get(key)
         if value is not None and not (_count(value) and 1 <= value <= top):
@@ -586,21 +658,49 @@ def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> int | None:
     micro = batch.get("micro_batch_tokens", config.token_budget)
     steps = batch.get("accumulation_steps")
     total = batch.get("global_batch_tokens")
+    ranks = batch.get("world_size") or 1
     if micro is not None and micro != config.token_budget:
         raise UsageError(f"{where}.micro_batch_tokens: {micro}, but config.token_budget is {config.token_budget}")
     if total is None:
         if steps not in (None, 1):
             raise UsageError(f"{where}: accumulation_steps {steps} without a global_batch_tokens")
-        return None
-    if steps is not None and steps * config.token_budget != total:
+        return None, ranks
+    if steps is not None and steps * config.token_budget * ranks != total:
+        on = f" on each of {ranks} ranks" if ranks > 1 else ""
         raise UsageError(
-            f"{where}: {steps} micro-batches of {config.token_budget} tokens are not the global batch of {total}"
+            f"{where}: {steps} micro-batches of {config.token_budget} tokens{on} are not the global batch of {total}"
         )
     try:
-        accumulation_steps(total, config.token_budget)
+        accumulation_steps(total, config.token_budget, ranks)
     except UnsupportedConfig as exc:
         raise UsageError(f"{where}: {exc}") from None
-    return total
+    return total, ranks
+
+
+def _check_run(config: TrainConfig | GenerateConfig, steps: int, *, where: str) -> None:
+    """The knobs can run at the recipe's accumulation (the registry's run rules, as a search
+    prunes a trial by them: CUDA graphs, DDP's static_graph)."""
+    if config.TASK != registry.TRAIN or steps == 1:
+        return
+    values, run = config.to_dict(), {"accumulation_steps": steps}
+    for knob in registry.knobs_of(registry.TRAIN):
+        if knob.run_rule is not None and knob.name != "parallelism" and (why := knob.run_rule(values, run)):
+            raise UsageError(
+                f"{where}: {knob.name}={registry.value_text(values[knob.name])} with {steps} micro-batches: {why}"
+            )
+
+
+def _check_ranks(config: TrainConfig | GenerateConfig, world_size: int, *, where: str) -> None:
+    """The world size and the parallelism agree (the registry's rule for a run's ranks): one
+    rank trains with parallelism none, several with ddp or fsdp2. A generation recipe has one."""
+    if config.TASK != registry.TRAIN:
+        if world_size != 1:
+            raise UsageError(f"{where}: a {config.TASK} recipe runs on one rank, not world_size {world_size}")
+        return
+    rule = registry.knob("parallelism").run_rule
+    why = rule(config.to_dict(), {"world_size": world_size}) if rule is not None else None
+    if why is not None:
+        raise UsageError(f"{where}: world_size {world_size} and parallelism={config.parallelism} disagree: {why}")
 
 
 _WORKLOAD_FIELDS: dict[str, Callable[[Any], bool]] = {
@@ -666,6 +766,10 @@ RECIPE_FIGURES = (
 )
 
 
+# A run of several ranks also records these (a single process's recipe reads as it always has).
+RANK_FIGURES = ("world_size", "per_device_tokens_per_sec", "straggler_ratio")
+
+
 def recipe_measured(
     measurement: Measurement | None, memory_limit_bytes: int | None, memory_headroom: float | None = None
 ) -> dict[str, Any]:
@@ -673,6 +777,8 @@ def recipe_measured(
     the limit, the headroom it was judged with and the margin: limit - worst-case peak
     (negative: over the limit)."""
     out = {k: getattr(measurement, k, None) if measurement is not None else None for k in RECIPE_FIGURES}
+    if measurement is not None and measurement.world_size > 1:  # several ranks: tokens_per_sec is global
+        out.update({k: getattr(measurement, k) for k in RANK_FIGURES})
     out["memory_limit_bytes"] = memory_limit_bytes
     out["memory_headroom"] = memory_headroom
     peak = out["peak_memory_bytes"]

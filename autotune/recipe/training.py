@@ -1,9 +1,11 @@
 """The training side of a recipe: its DataLoader over a user's dataset, shaped for the user's
-model (its context, its label convention), and the device kind its autocast and scaler use.
+model (its context, its label convention) and shared among the ranks of a recipe of several;
+the gradient sync of accumulation over ranks; and the device kind its autocast and scaler use.
 Imported by the Recipe methods that need torch, when called."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -36,8 +38,11 @@ def recipe_dataloader(
     collate_fn: Callable[[list[torch.Tensor]], Any] | None = None,
     attention_mask: bool = False,
     seed: int = 0,
+    world_size: int = 1,
 ) -> DataLoader:
-    """See `Recipe.dataloader`."""
+    """See `Recipe.dataloader`. `world_size`: the recipe's ranks, which share every epoch's
+    batches (`data.ranks.RankBatches`)."""
+    for_model = unwrapped(for_model)
     convention = _label_convention(for_model, labels)
     _check_document_mask(cfg, for_model, convention)
     lengths = item_lengths(dataset)
@@ -82,7 +87,40 @@ def recipe_dataloader(
         seed=seed,
         collate_fn=collate_fn,
         whole_data=True,  # an epoch of training is every token of the data set, not a measurement's sample
+        world_size=world_size,
     )
+
+
+def unwrapped(model: torch.nn.Module | None) -> torch.nn.Module | None:
+    """The model a DistributedDataParallel wrapper holds (its context, its labels and its forward's
+    arguments are that model's); any other model as it is (FSDP2 shards in place)."""
+    from autotune.knobs.parallel import is_ddp
+
+    return model.module if model is not None and is_ddp(model) else model
+
+
+def check_ranks(world_size: int, parallelism: str, method: str) -> None:
+    """A recipe of `world_size` ranks runs in a process group of that many (torchrun): else
+    UsageError, one line saying how to launch it."""
+    from autotune.data.ranks import group_rank
+
+    group_rank(world_size, f"{method}: the recipe trains on {world_size} ranks (parallelism={parallelism})")
+
+
+def gradient_sync(model: torch.nn.Module, last: bool) -> contextlib.AbstractContextManager[None]:
+    """What a micro-batch's forward and backward run under: gradients are communicated among the
+    ranks only when `last` (the micro-batch that completes an optimizer step). DDP: its
+    `no_sync()` otherwise (the forward must be inside too: DDP prepares the reduction there).
+    FSDP2: `set_requires_gradient_sync(last)`, set on every call (the gradients of the
+    micro-batches before the last are kept unsharded and summed locally, and the last backward
+    reduce-scatters the sum). Any other model: nothing to skip."""
+    from autotune.knobs.parallel import is_ddp, is_fsdp2
+
+    if is_ddp(model):
+        return contextlib.nullcontext() if last else model.no_sync()
+    if is_fsdp2(model):
+        model.set_requires_gradient_sync(last)  # type: ignore[operator]  # FSDPModule's, recursing into its blocks
+    return contextlib.nullcontext()
 
 
 def _check_document_mask(cfg: TrainConfig, model: torch.nn.Module | None, convention: str) -> None:

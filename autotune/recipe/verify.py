@@ -69,6 +69,7 @@ def recipe_run_spec(
         min_time_s=min_time_s,
         memory_limit_bytes=limit if isinstance(limit, int) else None,
         global_batch_tokens=recipe.global_batch_tokens,  # measured accumulating: verified so
+        nproc_per_node=recipe.world_size,  # measured on N ranks: one launch of N again
     )
 
 

@@ -111,7 +111,9 @@ class Objective:
     def _trial(self, trial: optuna.Trial) -> float:
         reference = trial.user_attrs.get(REFERENCE_ATTR)
         if reference:
-            cfg, notes = reference_config(reference, self.ctx.space.seq_len, self.ctx.capabilities)
+            cfg, notes = reference_config(
+                reference, self.ctx.space.seq_len, self.ctx.capabilities, self.ctx.spec.nproc_per_node
+            )
             if notes:
                 trial.set_user_attr("reference_notes", notes)
         else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
-from autotune.config import TrainConfig
+from autotune.config import TrainConfig, usable_cpus
 from autotune.errors import UnsupportedConfig
 from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.measure import outcomes
@@ -95,8 +95,18 @@ def retry_interrupted_references(study: optuna.Study) -> list[str]:
     return queued
 
 
-def reference_config(name: str, seq_len: int, caps: DeviceCapabilities) -> tuple[TrainConfig, list[str]]:
-    """The configuration of reference trial `name`, and notes on knobs the device changed."""
-    if name == BASELINE:
-        return baseline_config(seq_len), []
-    return checklist_config(seq_len, caps)
+def reference_config(
+    name: str, seq_len: int, caps: DeviceCapabilities, world_size: int = 1
+) -> tuple[TrainConfig, list[str]]:
+    """The configuration of reference trial `name`, and notes on knobs the device changed. With
+    several ranks, each is trained by DDP at its defaults (what `torchrun` and a plain
+    `DistributedDataParallel(model)` give), the checklist's workers cut to what leaves each rank
+    a CPU of its own."""
+    cfg, notes = (baseline_config(seq_len), []) if name == BASELINE else checklist_config(seq_len, caps)
+    if world_size > 1:
+        cfg = cfg.replace(parallelism="ddp")
+        fitting = max(0, usable_cpus() // world_size - 1)
+        if cfg.num_workers > fitting:
+            cfg = cfg.with_overrides({"num_workers": str(fitting)})  # prefetch and persistence reset with it
+            notes.append(f"num_workers changed ({world_size} ranks x (workers + 1) must fit {usable_cpus()} CPUs)")
+    return cfg, notes

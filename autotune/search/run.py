@@ -199,8 +199,9 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         )
         seq_len, n_layer = probed.context_length, probed.n_layer
         dims = ModelDims(probed.n_layer, probed.d_model, probed.vocab_size) if probed.d_model else None
-    space_path = settings.space or default_space_path(device.kind)
+    space_path = settings.space or default_space_path(device.kind, settings.nproc_per_node)
     space = load_space(space_path, n_layer=n_layer, seq_len=seq_len)
+    _check_ranks(settings, space, device_name)
     spec = RunSpec(
         model=settings.model,
         device=device_name,
@@ -212,8 +213,9 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         seed=settings.seed,
         memory_limit_bytes=limit,
         global_batch_tokens=settings.global_batch_tokens,
+        nproc_per_node=settings.nproc_per_node,
     )
-    _check_global_batch(space, spec.global_batch_tokens)
+    _check_global_batch(space, spec.global_batch_tokens, spec.nproc_per_node)
     ctx = StudyContext(
         spec=spec,
         device=device,
@@ -276,17 +278,43 @@ def _min_time(min_time_s: float, objective: str, device: DeviceInfo) -> float:
     return max(min_time_s, needed)
 
 
-def _check_global_batch(space, global_batch_tokens: int | None) -> None:
-    """Refuse a global batch that no token budget of the space divides: every trial would be
-    pruned. Budgets that do not divide it are pruned one by one (`RunSpec.accumulation_steps`)."""
+def _check_global_batch(space, global_batch_tokens: int | None, ranks: int = 1) -> None:
+    """Refuse a global batch that no token budget of the space (times the ranks: the global
+    batch is across them) divides: every trial would be pruned. Budgets that do not divide it
+    are pruned one by one (`RunSpec.accumulation_steps`)."""
     if global_batch_tokens is None:
         return
     budgets = _token_budgets(space)
-    if budgets and not any(global_batch_tokens % b == 0 and b <= global_batch_tokens for b in budgets):
+    if budgets and not any(
+        global_batch_tokens % (b * ranks) == 0 and b * ranks <= global_batch_tokens for b in budgets
+    ):
         listed = ", ".join(map(str, budgets))
+        ranks_said = f" times the {ranks} ranks" if ranks > 1 else ""
         raise UsageError(
-            f"--global-batch-tokens {global_batch_tokens}: no token_budget of the space ({listed}) divides it; "
-            "choose a multiple of one of them"
+            f"--global-batch-tokens {global_batch_tokens}: no token_budget of the space ({listed}){ranks_said} "
+            "divides it; choose a multiple of one of them"
+        )
+
+
+def _check_ranks(settings: SearchSettings, space, device: str) -> None:
+    """Several ranks: on CUDA they are cuda:0 ... cuda:N-1 (one device named is refused), and the
+    space must say how they share the model (a trial of parallelism=none is refused by its rule)."""
+    ranks = settings.nproc_per_node
+    if ranks == 1:
+        return
+    if settings.task != "train":
+        raise UsageError("--nproc-per-node trains on several ranks; a generation study runs in one process")
+    if ":" in device:
+        raise UsageError(
+            f"--nproc-per-node {ranks} runs ranks on cuda:0 ... cuda:{ranks - 1}: give --device cuda, and choose the "
+            "GPUs with CUDA_VISIBLE_DEVICES"
+        )
+    fixed = space.fixed.get("parallelism")
+    searched = space.dimensions.get("parallelism")
+    if (fixed in (None, "none")) and (searched is None or not set(searched.choices or ()) - {"none"}):
+        raise UsageError(
+            f"--nproc-per-node {ranks}: the space {space.source} neither searches nor fixes parallelism (ddp, fsdp2), "
+            "so every trial would be refused; use search_spaces/gpt2_ddp.yaml (cpu_ddp.yaml on CPU) or add it"
         )
 
 
@@ -452,6 +480,10 @@ def search_study(
             optimize(study, objective, n_trials=settings.trial_cap, timeout_s=settings.timeout_s, callbacks=callbacks)
         if settings.confirm:
             confirm_leaders(study, summarize(study).leaders, ctx, reporter)
+        if getattr(ctx.spec, "nproc_per_node", 1) > 1:  # the best on one rank: its scaling efficiency
+            from autotune.search.scaling import measure_single_rank
+
+            measure_single_rank(study, summarize(study), ctx)
     except KeyboardInterrupt as exc:  # Ctrl-C, or Stopped for SIGTERM / SIGHUP
         stop = exc
         objective.record_stop(stop_signal_of(exc))

@@ -19,6 +19,7 @@ from autotune.config import (
     MAX_GLOBAL_BATCH_TOKENS,
     MAX_MIN_TIME_S,
     MAX_NEW_TOKENS,
+    MAX_NPROC_PER_NODE,
     MAX_SEED,
     MAX_SEQ_LEN,
     MAX_STEPS,
@@ -164,6 +165,22 @@ class SearchSettings:
             minimum=1,
             maximum=MAX_GLOBAL_BATCH_TOKENS,
             metavar="N",
+        ),
+    )
+    nproc_per_node: int = setting(
+        1,
+        Option(
+            "--nproc-per-node",
+            "Ranks per trial, one per GPU of this host (cuda:0 ... cuda:N-1; CUDA_VISIBLE_DEVICES chooses them): "
+            "each trial is one launch of N ranks through torch's elastic launcher (what torchrun runs), searching "
+            "DDP and FSDP2 (default space search_spaces/gpt2_ddp.yaml; cpu_ddp.yaml on CPU, gloo). tokens/s is "
+            "global; --global-batch-tokens is across the ranks; --memory-limit is per device.",
+            "int",
+            minimum=1,
+            maximum=MAX_NPROC_PER_NODE,
+            metavar="N",
+            show_default=True,
+            worker=NEVER,  # --devices runs single-GPU workers: the two are refused together
         ),
     )
     memory_fraction: float | None = setting(

@@ -81,10 +81,13 @@ _INTEGER_RANGES = {
 MAX_CHOICES = 1000  # per dimension: a sampler cannot learn more
 
 
-def default_space_path(device_kind: str) -> Path:
-    """The shipped space for a device: search_spaces/gpt2.yaml on CUDA, cpu.yaml on CPU. They
-    ship inside the package (autotune.search_spaces), so an installed wheel has them too."""
+def default_space_path(device_kind: str, ranks: int = 1) -> Path:
+    """The shipped space for a device: search_spaces/gpt2.yaml on CUDA, cpu.yaml on CPU; with
+    several ranks, gpt2_ddp.yaml and cpu_ddp.yaml. They ship inside the package
+    (autotune.search_spaces), so an installed wheel has them too."""
     name = "cpu.yaml" if device_kind == "cpu" else "gpt2.yaml"
+    if ranks > 1:
+        name = name.replace("gpt2", "gpt2_ddp").replace("cpu", "cpu_ddp")
     return Path(str(resources.files("autotune.search_spaces").joinpath(name)))
 
 

@@ -111,6 +111,8 @@ def study_attrs(ctx: StudyContext) -> dict[str, Any]:
             "min_time_s": ctx.spec.min_time_s,
             "seed": ctx.spec.seed,
             "global_batch_tokens": ctx.spec.global_batch_tokens,
+            # several ranks a trial (`--nproc-per-node`); a single-process study's attrs read as they always have
+            **({"nproc_per_node": ranks} if (ranks := getattr(ctx.spec, "nproc_per_node", 1)) > 1 else {}),
         },
     }
 
@@ -233,6 +235,10 @@ def check_rules(
         differences.append(
             f"--global-batch-tokens {stored_batch if stored_batch is not None else 'unset'}, this run {asked_batch}"
         )
+    # Tokens/s of N ranks is another figure than one rank's: a study is measured with one world size.
+    stored_ranks, asked_ranks = run.get("nproc_per_node", 1), getattr(ctx.spec, "nproc_per_node", 1)  # generation: 1
+    if stored_ranks != asked_ranks:
+        differences.append(f"--nproc-per-node {stored_ranks}, this run {asked_ranks}")
     for key, option in (("steps", "--steps"), ("min_time_s", "--min-time")):
         stored, asked = run.get(key), getattr(ctx.spec, key)
         if stored is not None and stored != asked:

@@ -27,6 +27,22 @@ class StudySummary:
     # The top distinct configurations and their re-measurements (`search.confirm`): `best` is
     # the winner among them, which is not always the best single run.
     leaders: list[leaders_.Candidate] = field(default_factory=list)
+    # A study of several ranks: the best measured again on one rank (`search.scaling`), when it was
+    single_rank: dict[str, Any] | None = None
+
+    @property
+    def world_size(self) -> int:
+        m = self.best.measurement if self.best else None
+        return m.world_size if m is not None else 1
+
+    @property
+    def scaling_efficiency(self) -> float | None:
+        """The best's global tokens/s over N x its single-rank reference's (None without one)."""
+        ref = self.single_rank
+        if self.best is None or not self.best.figure or not ref or ref.get("trial") != self.best.number:
+            return None
+        single = ref.get("tokens_per_sec")
+        return self.best.figure / (self.world_size * single) if single else None
 
     def speedup(self, reference: TrialRecord | None) -> float | None:
         """The best's figure (the mean of its runs, as the recipe records it) over a reference's."""
@@ -88,4 +104,14 @@ def summarize_records(name: str, records: list[TrialRecord], attrs: Mapping[str,
         done = [r for r in records if r.reference == which and r.measured]
         return done[0] if done else None
 
-    return StudySummary(name, best, reference(BASELINE), reference(CHECKLIST), counts, records, leaders)
+    single = attrs.get("single_rank_reference")
+    return StudySummary(
+        name,
+        best,
+        reference(BASELINE),
+        reference(CHECKLIST),
+        counts,
+        records,
+        leaders,
+        single_rank=single if isinstance(single, dict) else None,
+    )

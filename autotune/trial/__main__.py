@@ -3,6 +3,9 @@
     --measure   run one measurement and write it (a search trial, `verify`, the confirmation run)
     --generate  run one generation measurement and write it (a generation trial, its `verify`)
     --prompts   read a prompts file's token lengths (`data.prompts`; the tokenizers import torch)
+    --rank      one rank of a launch of several (`trial.ranks`): the trial process of a
+                measurement with nproc_per_node > 1 launches them through torch's elastic
+                launcher, and aggregates what each writes
     --soak      run a recipe's configuration for an epoch or N steps, in windows (`verify --soak`)
     --probe     build the model and, for a file, the dataset, and write what the tuner needs of
                 them (context length, depth, vocabulary): a user's factory runs here, under a
@@ -30,6 +33,10 @@ from autotune.trial.processes import die_with_parent
 def main(argv: list[str]) -> int:
     started = time.time()
     mode = argv.pop(0) if argv and argv[0].startswith("--") else "--measure"
+    if mode == "--rank":  # one rank of a launch (`trial.ranks`): its figures go to a file of its own
+        from autotune.trial.ranks import rank_main
+
+        return rank_main(argv[0], argv[1], int(argv[2]), float(argv[3]))
     request_path, result_path, parent_pid = argv[0], argv[1], int(argv[2])
     die_with_parent(parent_pid)
     with open(request_path, encoding="utf-8") as f:
@@ -43,7 +50,7 @@ def main(argv: list[str]) -> int:
     elif mode == "--prompts":
         payload = _prompts(request)
     else:
-        payload = _measure(request, started)
+        payload = _measure(request, started, request_path, result_path)
     return _write_result(payload, result_path)
 
 
@@ -66,11 +73,34 @@ def _write_result(payload: dict[str, Any], result_path: str) -> int:
     return 0
 
 
-def _measure(request: dict[str, Any], started: float) -> dict[str, Any]:
+def _measure(request: dict[str, Any], started: float, request_path: str, result_path: str) -> dict[str, Any]:
     from autotune.config import RunSpec, TrainConfig
     from autotune.measure.loop import measure
 
+    _threads_from_environment()
+    if request["spec"].get("nproc_per_node", 1) > 1:  # one launch of N ranks (`trial.ranks`)
+        from autotune.trial.ranks import launch
+
+        def run(spec, cfg, info):
+            t = time.perf_counter()
+            result = launch(request, request_path, result_path)
+            result.phase_s["total"] = time.perf_counter() - t  # the launch: the runner counts teardown after it
+            return result
+
+        return _measured(request, started, RunSpec, TrainConfig, run)
     return _measured(request, started, RunSpec, TrainConfig, measure)
+
+
+def _threads_from_environment() -> None:
+    """OMP_NUM_THREADS as a fresh interpreter reads it at torch's import: a trial forked from the
+    fork server has torch imported already, with the server's thread count (the single-rank
+    reference of a study of N ranks runs with one rank's share of the CPUs: `search.scaling`)."""
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        import torch
+
+        if torch.get_num_threads() != int(threads):
+            torch.set_num_threads(int(threads))
 
 
 def _generate(request: dict[str, Any], started: float) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from autotune.config import RunSpec, TrainConfig, check_runnable_here
 from autotune.device import DeviceInfo, ProcessTreeMemory, descendants
 from autotune.device.disk import FULL_DISK_ERRNOS, disk_full, disk_full_in
 from autotune.device.memory import oom_kill_count, read_stat
-from autotune.errors import DiskFull
+from autotune.errors import DiskFull, UnsupportedConfig
 from autotune.knobs.allocator import allocator_env
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
@@ -89,6 +89,14 @@ def run_trial(
     check_runnable_here(cfg)
     request = {"spec": spec.to_dict(), "config": cfg.to_dict(), "device": device.to_dict() if device else None}
     limit = spec.memory_limit_bytes if spec.device_kind == "cpu" else None
+    if spec.nproc_per_node > 1:
+        # Several ranks (`trial.ranks`): refused before anything starts when they cannot run here (too
+        # many workers for the CPUs, a parallelism of one process); on a CPU the tree holds N ranks.
+        try:
+            spec.accumulation_steps(cfg)
+        except UnsupportedConfig as exc:
+            return TrialResult(outcomes.UNSUPPORTED, str(exc))
+        limit = limit * spec.nproc_per_node if limit else None
     # The allocator reads its settings once, when CUDA starts: the trial starts with them.
     env = {**(env or {}), **allocator_env(cfg, {**os.environ, **(env or {})})}
     child = run_child(["--measure"], request, timeout_s=timeout_s, env=env, on_start=on_start, rss_limit=limit)

@@ -1,6 +1,7 @@
 """The README's code runs as printed (examples/readme_snippets.md holds each block, the README
 prints the same): the training loop on autotune's GPT-2, a Hugging Face GPT-2 and a Hugging Face
-Llama; a Trainer run and a Lightning run of three steps, with the real libraries, on the CPU."""
+Llama; a Trainer run and a Lightning run of three steps, with the real libraries, on the CPU; the
+loop of a recipe of several ranks in two processes, each given the environment torchrun gives."""
 
 from __future__ import annotations
 
@@ -125,8 +126,66 @@ def test_a_lightning_run_with_a_recipe(workdir):
     assert any(not torch.equal(a, b.detach().cpu()) for a, b in zip(before, model.parameters()))
 
 
+def _a_rank_runs_the_snippet(rank: int, port: int, out: str) -> None:
+    """What torchrun gives each rank (its environment), then the README's block as printed."""
+    torch.set_num_threads(1)
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    torch.manual_seed(0)  # the same initial weights on both ranks (DDP broadcasts rank 0's anyway)
+    model = build_model("gpt2-tiny")
+    ns = run(snippet("A recipe of several ranks"), model=model, dataset=documents(16))
+    params = {name: p.detach().clone() for name, p in ns["model"].module.named_parameters()}
+    steps = ns["i"] + 1
+    saved = dict(params=params, steps=steps, loss=ns["loss"].item(), kind=type(ns["model"]).__name__)
+    torch.save(saved, f"{out}-{rank}.pt")
+
+
+@pytest.mark.process
+def test_the_loop_of_a_recipe_of_several_ranks_runs_under_two_ranks(workdir):
+    """Two ranks (forked, gloo): DDP, accumulation of two micro-batches, each rank its share;
+    afterwards both hold the same parameters, and they moved."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    Recipe(
+        config=TrainConfig(token_budget=256, batching="padded", parallelism="ddp", bucket_cap_mb=1),
+        model={"name": "gpt2-tiny", "seq_len": 128, "n_layer": 2},
+        hardware={"kind": "cpu", "name": "a CPU"},
+        global_batch_tokens=256 * 2 * 2,
+        world_size=2,
+    ).save(workdir / "recipes" / "gpt2-4xh200.json")
+    with socket.socket() as probe:  # a free port for the rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = mp.start_processes(
+        _a_rank_runs_the_snippet,
+        args=(port, str(workdir / "rank")),
+        nprocs=2,
+        join=False,
+        start_method="fork",
+    )
+    try:
+        while not context.join(timeout=120):
+            pass
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+    ranks = [torch.load(workdir / f"rank-{r}.pt") for r in range(2)]
+    assert [r["kind"] for r in ranks] == ["DistributedDataParallel"] * 2
+    assert ranks[0]["steps"] == ranks[1]["steps"] >= 2 and all(math.isfinite(r["loss"]) for r in ranks)
+    torch.manual_seed(0)
+    before = dict(build_model("gpt2-tiny").named_parameters())
+    for name, value in ranks[0]["params"].items():
+        assert torch.equal(value, ranks[1]["params"][name]), name  # one model, trained on both ranks
+    assert any(not torch.equal(value, before[name].detach()) for name, value in ranks[0]["params"].items())
+
+
 @pytest.mark.parametrize(
-    "section", ["Applying a recipe in training code", "With Hugging Face Trainer", "With Lightning"]
+    "section",
+    ["Applying a recipe in training code", "With Hugging Face Trainer", "With Lightning", "A recipe of several ranks"],
 )
 def test_the_readme_prints_each_block_as_it_runs_here(section):
     """The blocks the tests run are the README's own, character for character."""

@@ -58,7 +58,9 @@ def test_yaml_is_the_same_data():
 
 
 def test_unknown_format_lists_the_formats(tmp_path):
-    formats = "json, yaml, hf, hf-json, lightning, lightning-json, env, hf-generate, hf-generate-json, decode-loop"
+    formats = (
+        "json, yaml, hf, hf-json, lightning, lightning-json, env, torchrun, hf-generate, hf-generate-json, decode-loop"
+    )
     with pytest.raises(UsageError, match=rf"unknown export format 'toml'; formats: {formats}$"):
         render(make_recipe(), "toml")
     # Each format of a training recipe the error lists is rendered, and `autotune export --format`

@@ -26,6 +26,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 STUDY = "gpt2-tiny-cpu"
 MiB = 1 << 20
 PEAK = int(338.5 * MiB)
+CPU_DDP = str(Path(__file__).resolve().parents[2] / "search_spaces" / "cpu_ddp.yaml")
 
 
 def search(*args: str):
@@ -68,6 +69,20 @@ def test_resuming_with_another_memory_limit_is_refused(resumable):
     )
     assert len(load_study(STUDY, None).trials) == trials
     assert files_under(resumable) == before
+
+
+def test_resuming_with_another_number_of_ranks_is_refused(tmp_path, monkeypatch):
+    # tokens/s of 2 ranks is another figure than one rank's: the study stays at its world size
+    monkeypatch.chdir(tmp_path)
+    fake_trials(monkeypatch, peak=PEAK)
+    made = search("--memory-limit", "21GiB", "--n-trials", "2", "--nproc-per-node", "2", "--space", CPU_DDP)
+    assert made.exit_code == 0, made.output
+    assert load_study(STUDY, None).user_attrs["run"]["nproc_per_node"] == 2
+    before = files_under(tmp_path)
+    result = search("--memory-limit", "21GiB", "--n-trials", "1", "--space", CPU_DDP)
+    assert result.exit_code == 2, result.output
+    assert "was measured with --nproc-per-node 2, this run 1" in result.stderr
+    assert files_under(tmp_path) == before
 
 
 @pytest.mark.parametrize(
