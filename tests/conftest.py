@@ -616,3 +616,16 @@ def postgres():
         pytest.skip(message)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def one_rank_group():
+    """A gloo process group of one rank in this process (an in-memory store, no port): what the
+    DDP and FSDP2 wraps need to be built; destroyed after the test."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

@@ -99,17 +99,6 @@ def test_wrapping_without_a_process_group_is_refused_clearly():
     assert apply_parallel_knob(model, TrainConfig(), Where(None, "cpu")) is model
 
 
-@pytest.fixture
-def one_rank_group():
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def test_ddp_wraps_with_its_knobs_and_a_world_size_that_differs_is_refused(one_rank_group):
     from torch.nn.parallel import DistributedDataParallel
 

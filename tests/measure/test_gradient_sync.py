@@ -5,7 +5,6 @@ sharded gradients unset until the step's last backward reduce-scatters them."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from autotune.config import TrainConfig
@@ -13,17 +12,6 @@ from autotune.knobs.apply import apply_model_knobs
 from autotune.knobs.precision import grad_scaler
 from autotune.measure.step import make_optimizer, make_train_step
 from autotune.model.load import build_model
-
-
-@pytest.fixture
-def one_rank_group():
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def _step(model, cfg, accumulation):

@@ -66,17 +66,6 @@ def test_the_dataloader_of_several_ranks_is_refused_when_iterated_without_a_proc
         next(iter(loader))
 
 
-@pytest.fixture
-def one_rank_group():
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.parametrize("parallelism", ["ddp", "fsdp2"])
 def test_a_process_group_of_another_size_is_refused(parallelism, one_rank_group):
     model = build_model("gpt2-tiny")
