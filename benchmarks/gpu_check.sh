@@ -81,22 +81,10 @@ finish() {
 }
 
 # --- dependencies: from the carried wheelhouse, offline, into a target directory ----------------
-# --target sidesteps a system Python's PEP 668 refusal; --no-deps because the wheelhouse holds
-# exactly what the machine lacks (benchmarks/gpu_wheelhouse.py resolved it against its image).
 export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-deps_present() { "$PY" -c "import optuna, sqlalchemy, alembic, colorlog, mako, click, yaml, pynvml, numpy" 2>/dev/null; }
+source "$ROOT/benchmarks/gpu_deps.sh"
 t0=$SECONDS
-if ! deps_present || [ "${AUTOTUNE_GPU_CHECK_INSTALL:-}" = always ]; then
-  shopt -s nullglob; wheels=("$WHEELS"/*.whl); shopt -u nullglob
-  if [ "${#wheels[@]}" = 0 ]; then
-    echo "missing dependencies and no wheels in $WHEELS: run python benchmarks/gpu_wheelhouse.py where PyPI is reachable, and carry .wheelhouse"
-    exit 1
-  fi
-  timeout 30 "$PY" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" "${wheels[@]}" > "$WORK/pip.log" 2>&1 \
-    || { cat "$WORK/pip.log"; echo "installing from $WHEELS failed"; exit 1; }
-fi
-deps_present || { "$PY" -c "import optuna, sqlalchemy, alembic, colorlog, mako, click, yaml, pynvml, numpy"; echo "dependencies still missing"; exit 1; }
+gpu_deps_ready "$PY" "$WHEELS" "$SITE" "$WORK/pip.log" || exit 1
 "$PY" -c "import optuna; print(optuna.__version__, optuna.__file__)" > "$WORK/deps.txt"
 printf 'dependencies\t0\t%s\t30\n' "$((SECONDS - t0))" >> "$STEPS_LOG"
 

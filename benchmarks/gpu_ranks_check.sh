@@ -24,6 +24,13 @@ command -v "$PY" > /dev/null || PY=python3
 OUT_DIR=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT_DIR"
 cd "$ROOT" || exit 1
+# What autotune needs beyond torch, from the carried wheelhouse, as gpu_check.sh installs it (the
+# GPU machine has no optuna).
+SITE=$(mktemp -d -t autotune-rankscheck-site-XXXXXX)
+trap 'rm -rf "$SITE"' EXIT
+export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+source "$ROOT/benchmarks/gpu_deps.sh"
+gpu_deps_ready "$PY" "${AUTOTUNE_WHEELS:-$ROOT/.wheelhouse}" "$SITE" "$OUT_DIR/pip.log" || exit 1
 
 GPUS=$(timeout 20 "$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)" 2>/dev/null || echo 0)
 GPUS=${GPUS:-0}

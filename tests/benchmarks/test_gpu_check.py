@@ -42,7 +42,10 @@ def test_the_header_budget_fits_five_minutes_and_every_step_runs_under_a_timeout
     assert re.findall(r"PROBE_CAP=(\d+)", text) == ["120", "45"]  # the dry run's, the GPU's
     assert int(caps["search"]) == steps["search"][1] and steps["probes"][1] == 45
     # ... and pip and the table under their own timeouts.
-    assert 'timeout 30 "$PY" -m pip install' in text and 'timeout 20 "$PY" benchmarks/gpu_table.py' in text
+    # (pip in gpu_deps.sh, which gpu_check.sh and gpu_ranks_check.sh both source)
+    deps = (SCRIPT.parent / "gpu_deps.sh").read_text()
+    assert 'source "$ROOT/benchmarks/gpu_deps.sh"' in text and 'timeout 30 "$py" -m pip install' in deps
+    assert 'timeout 20 "$PY" benchmarks/gpu_table.py' in text
 
 
 FAKE_PYTHON = """#!/usr/bin/env bash
