@@ -241,7 +241,9 @@ class RecordCache:
     is read from changes: its state, values or attributes, or its confirmation run (a study attr)."""
 
     def __init__(self) -> None:
-        self._finished: dict[int, tuple[Any, TrialRecord]] = {}  # trial id -> (what it was read from, record)
+        # trial number -> (what it was read from, record); a reader serves one study (a sampler's),
+        # and the trial's start time in what it was read from tells another study's trial apart
+        self._finished: dict[int, tuple[Any, TrialRecord]] = {}
 
     def read(self, study: "optuna.Study", study_attrs: Mapping[str, Any] | None = None) -> list[TrialRecord]:
         attrs = study.user_attrs if study_attrs is None else study_attrs
@@ -250,10 +252,16 @@ class RecordCache:
             if not trial.state.is_finished():
                 records.append(TrialRecord.read(trial, attrs))
                 continue
-            source = (trial.state, trial.values, len(trial.user_attrs), repr(attrs.get(confirmation_key(trial.number))))
-            kept = self._finished.get(trial._trial_id)
+            source = (
+                trial.datetime_start,
+                trial.state,
+                trial.values,
+                len(trial.user_attrs),
+                repr(attrs.get(confirmation_key(trial.number))),
+            )
+            kept = self._finished.get(trial.number)
             if kept is None or kept[0] != source:
-                kept = self._finished[trial._trial_id] = (source, TrialRecord.read(trial, attrs))
+                kept = self._finished[trial.number] = (source, TrialRecord.read(trial, attrs))
             records.append(kept[1])
         return records
 

@@ -69,6 +69,13 @@ def test_python_m_autotune_bench_json():
         "attention_mask": "causal",
         "checkpoint_layers": [],
         "expandable_segments": False,
+        # the knobs of several ranks, at their defaults in a process of one (issue C)
+        "parallelism": "none",
+        "bucket_cap_mb": 25,
+        "gradient_as_bucket_view": False,
+        "static_graph": False,
+        "reshard_after_forward": True,
+        "reduce_dtype": "float32",
     }
 
 
