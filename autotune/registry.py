@@ -13,7 +13,7 @@ derived from it:
                                        hook, in the order of `MODEL_STAGE`
     the search's reasoning             `role`, `host_only`, `changes_graph`, `prefer`
     exports                            `integrations.hf`, `integrations.lightning`
-    the README's knob table            `markdown_table()` (tests/test_registry.py checks it)
+    the docs' knob tables              `markdown_table()` (docs/knobs.md, docs/generation.md; tests check them)
 
 Adding a knob is one entry in `KNOBS` plus its apply function (the `module:function` its `apply`
 field names, called as `function(model, cfg, where)` in the model stage, at its `apply_order`);
@@ -1286,7 +1286,7 @@ def resolve(target: str) -> Callable[..., Any]:
 
 
 def markdown_table(task: str = TRAIN) -> str:
-    """The README's knob table, from the registry."""
+    """The knob table of docs/knobs.md (docs/generation.md for a generation task), from the registry."""
     rows = ["| knob | values | default | what it does | applied in |", "|---|---|---|---|---|"]
     for k in knobs_of(task):
         values = k.values_help.replace("|", "\\|")

@@ -1,6 +1,6 @@
 """The knob registry: each knob declared once, everything else made from it. A toy knob added in
 one place (a registry entry and its apply function, in a copy of the package) shows up in `bench
---set`, a space file, a recipe, `export` and the docs table; the README's table is the
+--set`, a space file, a recipe, `export` and the docs table; docs/knobs.md's table is the
 registry's; every place a knob is said to take effect exists."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from autotune import registry
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_readme_knob_table_is_the_registrys():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_docs_knob_table_is_the_registrys():
+    text = (ROOT / "docs" / "knobs.md").read_text(encoding="utf-8")
     start, end = text.index("<!-- knobs:start -->\n"), text.index("<!-- knobs:end -->")
     assert text[start + len("<!-- knobs:start -->\n") : end].strip() == registry.markdown_table()
 

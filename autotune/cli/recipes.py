@@ -145,7 +145,7 @@ def export(recipe_file, study, storage, output, fmt) -> None:
     type=FRACTION,
     default=None,
     help="Pass when measured tokens/s >= (1 - tolerance) x recorded; 5% or 0.05. Default: 5% on a GPU, "
-    "15% on a CPU, whose run-to-run spread is larger (see README, measurement fidelity).",
+    "15% on a CPU, whose run-to-run spread is larger (see docs/benchmarks.md, measurement fidelity).",
 )
 @steps_option
 @warmup_option

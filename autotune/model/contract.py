@@ -4,7 +4,7 @@ one place (the measuring step, the check when a model is loaded, and `Recipe.dat
 Two label conventions exist, and mixing them trains on the wrong target with no error at all:
 
     aligned    labels[t] is the target of position t: inputs x[:-1], labels x[1:]. autotune's
-               GPT, nanoGPT, and models written to autotune's README contract.
+               GPT, nanoGPT, and models written to autotune's contract (docs/knobs.md, Your own model).
     unshifted  labels[t] == input_ids[t]; the model shifts inside its loss (the target of
                position t is labels[t + 1]). Every Hugging Face causal LM.
 
@@ -43,7 +43,7 @@ CONTRACT_HINT = (
     "the model contract: model(input_ids, labels) with (B, T) int64 tensors, labels aligned with the inputs "
     "(label t is the target of position t, -100 at pads), returning a scalar loss, an object with .loss, or "
     "(B, T, vocab) logits; a Hugging Face model is called as model(input_ids=..., use_cache=False) and scored "
-    "on its .logits (README: Your own model)"
+    "on its .logits (docs/knobs.md: Your own model)"
 )
 
 

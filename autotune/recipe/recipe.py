@@ -427,7 +427,7 @@ class Recipe:
         arguments, for `model(**batch)`, with the labels it expects: for a Hugging Face model
         (or any model that shifts labels inside its loss) `{"input_ids", "labels"}` with labels
         unshifted, equal to the inputs with -100 at pads; for autotune's GPT and models of the
-        README contract, labels aligned (label t is the target of position t).
+        model contract (docs/knobs.md, "Your own model"), labels aligned (label t is the target of position t).
         labels: "unshifted" or "aligned", to choose without a model (dict batches). Without
         for_model or labels, batches are `(input_ids, labels)` tuples, aligned.
         seq_len: the widest input, in tokens (at most the model's context). Default: the

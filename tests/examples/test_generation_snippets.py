@@ -1,4 +1,4 @@
-"""The README's generation snippets run as printed (examples/readme_snippets.md holds each block):
+"""docs/generation.md's snippets run as printed (examples/readme_snippets.md holds each block):
 a generation recipe applied to autotune's GPT and to a transformers model, whose own generate
 then gives the same tokens."""
 
@@ -11,7 +11,7 @@ from autotune.config import GenerateConfig
 from autotune.model.decode import full_recompute_greedy
 from autotune.model.load import build_model
 from autotune.recipe import Recipe
-from tests.examples.test_readme_snippets import README, run, snippet
+from tests.examples.test_readme_snippets import assert_printed_as_it_runs, run, snippet
 
 PROMPTS = [[5, 6, 7, 8, 9], [1, 2, 3]]
 
@@ -46,5 +46,5 @@ def test_the_generation_snippets_run_as_written(name, workdir):
 
 
 @pytest.mark.parametrize("section", ["Applying a generation recipe", "With Hugging Face generate"])
-def test_the_readme_prints_each_generation_block_as_it_runs_here(section):
-    assert f"```python\n{snippet(section)}```" in README.read_text(encoding="utf-8"), section
+def test_the_docs_print_each_generation_block_as_it_runs_here(section):
+    assert_printed_as_it_runs(section)

@@ -1,5 +1,6 @@
-"""The README's code runs as printed (examples/readme_snippets.md holds each block, the README
-prints the same): the training loop on autotune's GPT-2, a Hugging Face GPT-2 and a Hugging Face
+"""The documentation's code runs as printed (examples/readme_snippets.md holds each block; the
+README prints the training loop, docs/recipes.md the others, docs/generation.md generation's):
+the training loop on autotune's GPT-2, a Hugging Face GPT-2 and a Hugging Face
 Llama; a Trainer run and a Lightning run of three steps, with the real libraries, on the CPU; the
 loop of a recipe of several ranks in two processes, each given the environment torchrun gives."""
 
@@ -25,7 +26,17 @@ from autotune.recipe import Recipe
 pytestmark = pytest.mark.xdist_group("integrations")
 
 SNIPPETS = Path(__file__).resolve().parents[2] / "examples" / "readme_snippets.md"
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+# Where each block of examples/readme_snippets.md is printed, character for character.
+PRINTED_IN = {
+    "Applying a recipe in training code": README,
+    "With Hugging Face Trainer": ROOT / "docs" / "recipes.md",
+    "With Lightning": ROOT / "docs" / "recipes.md",
+    "A recipe of several ranks": ROOT / "docs" / "recipes.md",
+    "Applying a generation recipe": ROOT / "docs" / "generation.md",
+    "With Hugging Face generate": ROOT / "docs" / "generation.md",
+}
 # What the snippets load: runnable on a CPU, and exercising what HF models tripped over:
 # checkpointed blocks, bf16 autocast, a forced SDPA backend, token-budget batches.
 CONFIG = TrainConfig(
@@ -127,7 +138,7 @@ def test_a_lightning_run_with_a_recipe(workdir):
 
 
 def _a_rank_runs_the_snippet(rank: int, port: int, out: str) -> None:
-    """What torchrun gives each rank (its environment), then the README's block as printed."""
+    """What torchrun gives each rank (its environment), then docs/recipes.md's block as printed."""
     torch.set_num_threads(1)
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
@@ -183,10 +194,27 @@ def test_the_loop_of_a_recipe_of_several_ranks_runs_under_two_ranks(workdir):
     assert any(not torch.equal(value, before[name].detach()) for name, value in ranks[0]["params"].items())
 
 
+def test_every_snippet_is_printed_somewhere():
+    """Each ## section of examples/readme_snippets.md says where it is printed (PRINTED_IN)."""
+    sections = re.findall(r"^## (.+)$", SNIPPETS.read_text(encoding="utf-8"), flags=re.M)
+    assert sections == list(PRINTED_IN)
+
+
+def assert_printed_as_it_runs(section: str) -> None:
+    page = PRINTED_IN[section]
+    assert f"```python\n{snippet(section)}```" in page.read_text(encoding="utf-8"), f"{section}: {page.name}"
+
+
 @pytest.mark.parametrize(
     "section",
     ["Applying a recipe in training code", "With Hugging Face Trainer", "With Lightning", "A recipe of several ranks"],
 )
-def test_the_readme_prints_each_block_as_it_runs_here(section):
-    """The blocks the tests run are the README's own, character for character."""
-    assert f"```python\n{snippet(section)}```" in README.read_text(encoding="utf-8"), section
+def test_the_docs_print_each_block_as_it_runs_here(section):
+    """The blocks the tests run are the README's and docs/recipes.md's own, character for character."""
+    assert_printed_as_it_runs(section)
+
+
+def test_the_readme_prints_the_training_loop_as_it_runs_here():
+    """The quick start's loop, in README.md itself (not only in a docs page)."""
+    assert PRINTED_IN["Applying a recipe in training code"] == README
+    assert f"```python\n{snippet('Applying a recipe in training code')}```" in README.read_text(encoding="utf-8")

@@ -213,10 +213,10 @@ def test_a_transformers_models_cache_and_compile_are_generates_own(monkeypatch):
     assert StaticCache not in caches
 
 
-def test_the_readme_generation_knob_table_is_the_registrys():
+def test_the_docs_generation_knob_table_is_the_registrys():
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "generation.md").read_text(encoding="utf-8")
     start, end = text.index("<!-- generate-knobs:start -->\n"), text.index("<!-- generate-knobs:end -->")
     table = text[start + len("<!-- generate-knobs:start -->\n") : end].strip()
     assert table == registry.markdown_table(registry.GENERATE)
