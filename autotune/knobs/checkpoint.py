@@ -12,15 +12,24 @@ import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from autotune.config import TrainConfig
+from autotune.knobs.precision import sdpa_backend
 from autotune.model.introspect import check_block_indices, find_blocks
 
 _CHECKPOINT_MARK = "__autotune_checkpointed__"
 
 
 def apply_activation_checkpointing(
-    model: nn.Module, layers: tuple[int, ...], block_path: str | None = None, *, will_compile: bool = False
+    model: nn.Module,
+    layers: tuple[int, ...],
+    block_path: str | None = None,
+    *,
+    will_compile: bool = False,
+    sdpa_backend: str = "auto",
 ) -> nn.Module:
     """Recompute the chosen blocks' activations in backward instead of storing them.
+
+    sdpa_backend: the recipe's forced attention kernel ("auto": none), entered inside each
+    checkpointed block so that its forward and its recomputation run the same kernel.
 
     The block's `forward` is replaced on the instance, not wrapped in a new module, so the
     model's state_dict keys do not change and a user's checkpoint still loads."""
@@ -31,7 +40,8 @@ def apply_activation_checkpointing(
     for index in layers:
         block = blocks[index]
         if not is_checkpointed(block):
-            block.forward = _checkpointed(block.forward, keep_sdpa_choice=not will_compile)
+            forward = _under_sdpa_backend(block.forward, sdpa_backend)
+            block.forward = _checkpointed(forward, keep_sdpa_choice=not will_compile)
     return model
 
 
@@ -56,6 +66,30 @@ def _checkpointed(forward: Callable[..., torch.Tensor], keep_sdpa_choice: bool) 
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
     setattr(run, _CHECKPOINT_MARK, True)
+    return run
+
+
+def _under_sdpa_backend(forward: Callable[..., torch.Tensor], backend: str) -> Callable[..., torch.Tensor]:
+    """`forward` run inside the forced SDPA backend's context, the recomputation included.
+
+    Why inside the checkpointed function and not only around the step: the recomputation runs
+    in backward, outside the step's `sdpa_kernel`. Where dynamo traces the checkpoint as one
+    higher-order op the kernel is baked into its graph, but a graph break inside the block (a
+    Hugging Face Llama's attention sets a context variable of the `kernels` hub, a side effect
+    dynamo refuses inside a checkpoint) makes dynamo run the checkpoint eagerly around
+    compiled pieces: the forward's pieces then ran under the forced kernel, the recomputation's
+    under the default one, which picks another kernel whose saved tensors have other shapes
+    (math saves (B*H, T, T) scores, flash (B, H, T, D) outputs) and checkpoint raises
+    CheckpointError. torch's message blames dynamic shapes (pytorch#166926); the kernel is the
+    cause here. Dynamo traces `sdpa_kernel` inside the op, so a traced block keeps its graph."""
+    if backend == "auto":
+        return forward
+
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        with sdpa_backend(backend):
+            return forward(*args, **kwargs)
+
     return run
 
 
@@ -86,5 +120,9 @@ def is_checkpointed(block: nn.Module) -> bool:
 def apply_checkpoint_knob(model: nn.Module, cfg: TrainConfig, where: Any) -> nn.Module:
     """The registry's hook for `checkpoint_layers`: after the loss, before compile."""
     return apply_activation_checkpointing(
-        model, cfg.checkpoint_layers, where.block_path, will_compile=cfg.compile_mode != "none"
+        model,
+        cfg.checkpoint_layers,
+        where.block_path,
+        will_compile=cfg.compile_mode != "none",
+        sdpa_backend=cfg.sdpa_backend,
     )
