@@ -8,8 +8,9 @@
   error of each gradient against float32.
 - **fork server**: a trial started the way a search starts it (`trial.runner.run_trial`, forked
   from `trial.fork_server`), on this device: that it measures `ok`, that it was forked from the
-  server, that the server never started CUDA (no CUDA driver library mapped in it: a fork after
-  CUDA's start breaks in the child), and what starting it cost (spawn to ready).
+  server, that the server never started CUDA (it holds no open `/dev/nvidia-uvm`, which `cuInit`
+  opens: a fork after CUDA's start breaks in the child), and what starting it cost (spawn to
+  ready).
 
     python benchmarks/gpu_probes.py --device cuda:0 [--tokens 32768]
     python benchmarks/gpu_probes.py --device cpu --tokens 1024 --width 32   # the dry run's
@@ -68,12 +69,28 @@ def fp16_chunked(device: str, tokens: int, width: int = WIDTH) -> dict[str, Any]
     return out
 
 
-def _maps_cuda_driver(pid: int) -> bool | None:
-    """Whether the process has the CUDA driver library mapped (it has started CUDA); None if unreadable."""
+CUDA_STARTED_MARK = "/dev/nvidia-uvm"  # what cuInit opens, and nothing before it does
+
+
+def started_cuda(pid: int, mark: str = CUDA_STARTED_MARK) -> bool | None:
+    """Whether the process has started CUDA: it holds `mark` open (cuInit opens the unified
+    memory device); None if its descriptors are unreadable.
+
+    Not "libcuda.so in /proc/PID/maps": `import torch` of a CUDA build maps the driver library
+    without starting CUDA (libcublasLt and libcusparseLt load it; no cuInit, and
+    torch.cuda.is_initialized() stays False), so that test cries wolf on every GPU host."""
+    fds = Path(f"/proc/{pid}/fd")
     try:
-        return "libcuda.so" in Path(f"/proc/{pid}/maps").read_text()
+        names = list(fds.iterdir())
     except OSError:
         return None
+    for fd in names:
+        try:
+            if os.readlink(fd) == mark:
+                return True
+        except OSError:  # closed since the listing
+            continue
+    return False
 
 
 def _parent(pid: int) -> int | None:
@@ -98,7 +115,7 @@ def fork_server_trial(device: str) -> dict[str, Any]:
     result = run_trial(spec, TrainConfig(token_budget=2048, batching="packed"), timeout_s=120, on_start=on_start)
     server = seen.get("server")
     forked = fork_server.fork_enabled() and server is not None and server != os.getpid()
-    server_cuda = _maps_cuda_driver(server) if forked else None
+    server_cuda = started_cuda(server) if forked else None
     return {
         "outcome": result.outcome,
         "reason": result.reason,

@@ -273,3 +273,48 @@ def test_the_dry_run_installs_offline_and_brings_back_at_most_six_files(gpu_chec
         assert "autotune-gpucheck-site-" in deps, deps
     # `autotune doctor` on this CPU, in a fresh process: torch.compile works here, for real.
     assert doctor["device"]["kind"] == "cpu" and doctor["compile"]["ok"] is True, doctor["compile"]
+
+
+def _process_holding(tmp_path: Path, load: str = "", open_path: str = "") -> subprocess.Popen:
+    """A process that has loaded a library and/or holds a file open, until its stdin closes."""
+    code = (
+        "import ctypes, sys\n"
+        f"lib = ctypes.CDLL({load!r}) if {bool(load)!r} else None\n"
+        f"held = open({open_path!r}) if {bool(open_path)!r} else None\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_the_fork_server_probe_is_not_fooled_by_a_mapped_but_unstarted_cuda_driver(tmp_path):
+    """`import torch` of a CUDA build maps libcuda.so.1 (cuBLASLt loads it) without starting CUDA:
+    a stub of that name, mapped, is no CUDA start (the probe said True: FAILED on every GPU host);
+    what cuInit leaves, an open unified-memory device, is (a file stands in for it here)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_probes import started_cuda
+
+    stub = tmp_path / "libcuda.so.1"
+    stub.write_bytes(Path(_libm_path()).read_bytes())  # any shared library, named as the driver
+    uvm = tmp_path / "nvidia-uvm"
+    uvm.write_text("")
+    mapped = _process_holding(tmp_path, load=str(stub))
+    started = _process_holding(tmp_path, open_path=str(uvm))
+    try:
+        assert "libcuda.so" in Path(f"/proc/{mapped.pid}/maps").read_text()  # the stub is mapped
+        assert started_cuda(mapped.pid) is False
+        assert started_cuda(started.pid, mark=str(uvm)) is True
+        assert started_cuda(2**22 + 1) is None  # no such process: unreadable, not "no"
+    finally:
+        for proc in (mapped, started):
+            proc.communicate("")
+
+
+def _libm_path() -> str:
+    """The C maths library's file, found where this Python's process has it mapped."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if "/libm.so" in line or "/libm-" in line:
+            return line.split()[-1]
+    pytest.skip("no libm mapped in this process")
