@@ -73,11 +73,14 @@ def report(study, storage, out_dir) -> None:
 
     from autotune.present.report import write_report
     from autotune.study.storage import load_study
-    from autotune.study.urls import default_storage_url, redact
+    from autotune.study.urls import check_study_name, default_storage_url, redact
 
     loaded = load_study(study, storage)
+    # The name is the database's, whoever wrote it: as a folder name ("../../x", "/etc/x") it would
+    # write outside reports/. Refused as export and search refuse it (issue D, R06).
+    out = out_dir or Path("reports") / check_study_name(loaded.study_name)
     shown = redact(storage or default_storage_url(loaded.study_name))
-    written = write_report(loaded, out_dir or Path("reports") / loaded.study_name, storage=shown)
+    written = write_report(loaded, out, storage=shown)
     for path in [*written.images.values(), written.markdown]:
         click.echo(f"wrote {printable(path)}")
     click.echo(f"open {printable(written.html)}")

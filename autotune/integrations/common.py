@@ -1,18 +1,73 @@
 """What the integrations share: the batch size a token budget becomes, installed versions,
-and quiet construction of a library's objects (they log at length when built)."""
+quiet construction of a library's objects (they log at length when built), and the quoting of
+every value an export writes into a program (`comment`, `python_literal`, `python_name`,
+`shell_word`)."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.metadata
 import logging
+import math
+import shlex
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from autotune import registry
-from autotune.errors import UsageError
+from autotune.errors import AutotuneError, UsageError, printable
 from autotune.recipe.recipe import Recipe
+
+# --- values in generated programs -----------------------------------------------------------
+# A recipe is shared, and its text fields (model, hardware and study names, ...) are whatever its
+# author wrote: in an export that is a program, a newline in one would end a comment and the next
+# line would run (issue D, X01/X02). So every value an export writes into a program goes through
+# exactly one of these, chosen by where it lands: a comment, a Python expression or name, a shell word.
+
+
+def comment(text: object) -> str:
+    """`# text` as one line of a Python or shell comment: every control, format or line-separator
+    character (newline, CR, the other C0/C1 controls, U+0085, U+2028, U+2029, ...) is written as
+    its escape (`errors.printable`), so nothing in `text` can end the comment."""
+    return "# " + printable(text)
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def python_literal(value: Any) -> str:
+    """A Python expression that evaluates to `value`: its repr, for plain data only (text,
+    numbers, booleans, None, and lists, tuples and dicts of them). Another object's repr is
+    whatever its class says, possibly code, and inf/nan repr as names: refused (a bug here)."""
+    _check_plain(value)
+    return repr(value)
+
+
+def _check_plain(value: Any) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise AutotuneError(f"export: {value!r} has no Python literal")
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _check_plain(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_plain(key)
+            _check_plain(item)
+    elif not isinstance(value, _PLAIN):
+        raise AutotuneError(f"export: a {type(value).__name__} is not plain data to write as Python")
+
+
+def python_name(name: str) -> str:
+    """`name` (a keyword argument, a torch dtype, a module path `a.b.c`) where a program names
+    something: dotted identifiers only, or refused (a bug here: names come from our tables)."""
+    if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+        raise AutotuneError(f"export: {name!r} is not a Python name")
+    return name
+
+
+def shell_word(value: object) -> str:
+    """`value` as one shell word, taken literally (no expansion, no command substitution)."""
+    return shlex.quote(str(value))
 
 
 def recipe_seq_len(recipe: Recipe, seq_len: int | None = None) -> int | None:

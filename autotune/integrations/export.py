@@ -7,12 +7,13 @@ The arguments come from `autotune.integrations` (field names of the installed li
 checked by constructing the library's object, when it is installed). The Python snippets say
 what the framework cannot express as comments, so nothing of the recipe is silently lost in
 translation; every snippet is valid Python (`ast.parse` accepts it) and imports nothing it
-does not use."""
+does not use. Every value written into a snippet or a script goes through one quoting function
+of `integrations.common` (a comment, a Python literal or name, a shell word): a recipe's text
+fields are its author's, and must never become code (issue D, X01/X02)."""
 
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any, Callable
 
 import yaml
@@ -21,7 +22,14 @@ from autotune import registry
 from autotune.config import SDPA_KERNELS
 from autotune.errors import UsageError
 from autotune.integrations import generation, hf, lightning
-from autotune.integrations.common import recipe_seq_len, sequences_per_step
+from autotune.integrations.common import (
+    comment,
+    python_literal,
+    python_name,
+    recipe_seq_len,
+    sequences_per_step,
+    shell_word,
+)
 from autotune.recipe.recipe import Recipe
 
 TRAINING_FORMATS = ("hf", "hf-json", "lightning", "lightning-json", "env", "torchrun")
@@ -80,9 +88,13 @@ def _env(recipe: Recipe) -> str:
     """Shell lines to run before training starts: `eval "$(autotune export R --format env)"`."""
     env = recipe.environment()
     if not env:
-        return "# nothing to set: the recipe was measured on a CPU without allocator settings\n"
-    lines = ["# the CUDA caching allocator's settings: set before the training process starts CUDA"]
-    return "\n".join(lines + [f"export {name}={shlex.quote(value)}" for name, value in env.items()]) + "\n"
+        return comment("nothing to set: the recipe was measured on a CPU without allocator settings") + "\n"
+    lines = [comment("the CUDA caching allocator's settings: set before the training process starts CUDA")]
+    return "\n".join(lines + _exports(env)) + "\n"
+
+
+def _exports(env: dict[str, str]) -> list[str]:
+    return [f"export {python_name(name)}={shell_word(value)}" for name, value in env.items()]
 
 
 def _torchrun(recipe: Recipe) -> str:
@@ -90,29 +102,34 @@ def _torchrun(recipe: Recipe) -> str:
     torchrun on this host, each rank's OMP_NUM_THREADS its share of the host's cores less its
     DataLoader workers (each a process of its own), and the allocator's environment. A recipe of
     one rank says so: there is nothing to launch."""
-    ranks, cfg = recipe.world_size, recipe.config
-    env = recipe.environment()
-    exports = [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    ranks, cfg = int(recipe.world_size), recipe.config  # whole numbers: the shell's arithmetic takes them
+    exports = _exports(recipe.environment())
     model = recipe.model.get("name") or "the model"
     if ranks == 1:
         lines = [
-            f"# The autotune recipe of {model} is a single-process recipe (measured on one rank, parallelism=none):",
-            "# nothing to launch with torchrun. Run your training script as it is.",
+            comment(
+                f"The autotune recipe of {model} is a single-process recipe (measured on one rank, parallelism=none):"
+            ),
+            comment("nothing to launch with torchrun. Run your training script as it is."),
         ]
         return "\n".join(lines + exports + ["python train.py"]) + "\n"
-    workers = cfg.num_workers
+    workers = int(cfg.num_workers)
     lines = [
-        f"# torchrun launch of the autotune recipe of {model}: {ranks} ranks, parallelism={cfg.parallelism}",
-        "# (one process per device; train.py is your script: it calls torch.distributed.init_process_group(),",
-        "# then recipe.apply_to_model(model); on GPUs torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) first).",
-        f"# OMP_NUM_THREADS per rank: this host's cores shared by the {ranks} ranks"
-        + (f", less each rank's {workers} DataLoader worker{'s' if workers != 1 else ''}." if workers else "."),
+        comment(f"torchrun launch of the autotune recipe of {model}: {ranks} ranks, parallelism={cfg.parallelism}"),
+        comment("(one process per device; train.py is your script: it calls torch.distributed.init_process_group(),"),
+        comment(
+            "then recipe.apply_to_model(model); on GPUs torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) first)."
+        ),
+        comment(
+            f"OMP_NUM_THREADS per rank: this host's cores shared by the {ranks} ranks"
+            + (f", less each rank's {workers} DataLoader worker{'s' if workers != 1 else ''}." if workers else ".")
+        ),
         f"threads=$(( $(nproc) / {ranks}{f' - {workers}' if workers else ''} ))",
         '[ "$threads" -ge 1 ] || threads=1',
         'export OMP_NUM_THREADS="$threads"',
     ]
     if exports:
-        lines += ["# the CUDA caching allocator's settings, read once when CUDA starts", *exports]
+        lines += [comment("the CUDA caching allocator's settings, read once when CUDA starts"), *exports]
     return "\n".join(lines + [f"torchrun --standalone --nproc-per-node {ranks} train.py"]) + "\n"
 
 
@@ -122,8 +139,8 @@ def _environment_block(recipe: Recipe) -> list[str]:
     env = recipe.environment()
     if not env:
         return []
-    lines = ["import os", "", "# Before anything starts CUDA: the caching allocator reads this once."]
-    return lines + [f"os.environ[{name!r}] = {value!r}" for name, value in env.items()] + [""]
+    lines = ["import os", "", comment("Before anything starts CUDA: the caching allocator reads this once.")]
+    return lines + [f"os.environ[{python_literal(k)}] = {python_literal(v)}" for k, v in env.items()] + [""]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -132,30 +149,29 @@ def _environment_block(recipe: Recipe) -> list[str]:
 def _kwargs_block(name: str, items: list[tuple[str, Any, str]]) -> list[str]:
     """`name = dict(` one `key=value,  # why` line each `)`."""
     lines = [f"{name} = dict("]
-    for key, value, comment in items:
-        line = f"    {key}={value!r},"
-        lines.append(f"{line}  # {comment}" if comment else line)
+    for key, value, why in items:
+        line = f"    {python_name(key)}={python_literal(value)},"
+        lines.append(f"{line}  {comment(why)}" if why else line)
     lines.append(")")
     return lines
 
 
 def _header(recipe: Recipe, what: str, checked: str) -> list[str]:
     model = recipe.model.get("name") or "the model"
-    lines = [f"# {what} for the autotune recipe of {model}"]
+    lines = [f"{what} for the autotune recipe of {model}"]
     tps = recipe.measured.get("tokens_per_sec")
     where = recipe.hardware.get("name")
     if tps or where:
-        lines.append("# measured" + (f" at {tps:,.0f} tokens/s" if tps else "") + (f" on {where}" if where else ""))
+        lines.append("measured" + (f" at {tps:,.0f} tokens/s" if tps else "") + (f" on {where}" if where else ""))
     if recipe.measured.get("unstable"):
-        lines.append("# UNSTABLE: its step times varied (CV above 5%); re-measure with `autotune verify`")
+        lines.append("UNSTABLE: its step times varied (CV above 5%); re-measure with `autotune verify`")
     if recipe.study.get("name"):
-        lines.append(f"# study {recipe.study['name']}, trial {recipe.study.get('trial')}")
-    lines.append(f"# {checked}")
-    return lines
+        lines.append(f"study {recipe.study['name']}, trial {recipe.study.get('trial')}")
+    return [comment(line) for line in [*lines, checked]]
 
 
 def _notes(lines: list[str]) -> list[str]:
-    return [f"# - {line}" for line in lines]
+    return [comment(f"- {line}") for line in lines]
 
 
 def _sdpa_wrap(recipe: Recipe, call: str) -> list[str]:
@@ -163,9 +179,9 @@ def _sdpa_wrap(recipe: Recipe, call: str) -> list[str]:
     if backend == "auto":
         return []
     return [
-        "#     from torch.nn.attention import SDPBackend, sdpa_kernel",
-        f"#     with sdpa_kernel([SDPBackend.{SDPA_KERNELS[backend]}]):",
-        f"#         {call}",
+        comment("    from torch.nn.attention import SDPBackend, sdpa_kernel"),
+        comment(f"    with sdpa_kernel([SDPBackend.{SDPA_KERNELS[backend]}]):"),
+        comment(f"        {call}"),
     ]
 
 
@@ -204,7 +220,7 @@ _HF_COMMENTS = {
 def _hf(recipe: Recipe) -> str:
     args, checked = hf.checked_training_arguments(recipe)
     lines = _header(recipe, "Hugging Face TrainingArguments", checked)
-    lines += ["# Use: TrainingArguments(output_dir=..., **training_args)", ""]
+    lines += [comment("Use: TrainingArguments(output_dir=..., **training_args)"), ""]
     lines += _environment_block(recipe)
     comments = {
         **_HF_COMMENTS,
@@ -212,7 +228,7 @@ def _hf(recipe: Recipe) -> str:
         "gradient_accumulation_steps": _accumulation_comment(recipe),
     }
     lines += _kwargs_block("training_args", [(k, v, comments.get(k, "")) for k, v in args.items()])
-    lines += ["", "# What TrainingArguments cannot express:"]
+    lines += ["", comment("What TrainingArguments cannot express:")]
     lines += _notes(hf.notes(recipe, args))
     lines += _sdpa_wrap(recipe, "trainer.train()")
     return "\n".join(lines) + "\n"
@@ -231,17 +247,18 @@ def _lightning(recipe: Recipe) -> str:
         if strategy
         else "lightning.Trainer(**trainer_kwargs, ...)"
     )
-    lines += [f"# Use: {use} and DataLoader(dataset, **dataloader_kwargs)", ""]
+    lines += [comment(f"Use: {use} and DataLoader(dataset, **dataloader_kwargs)"), ""]
     lines += _environment_block(recipe)
     if strategy:
         module, _, name = strategy["class_path"].rpartition(".")
-        arguments = ", ".join(f"{k}={v!r}" for k, v in strategy["init_args"].items())
+        module, name = python_name(module), python_name(name)
+        arguments = ", ".join(f"{python_name(k)}={python_literal(v)}" for k, v in strategy["init_args"].items())
         lines += [f"from {module} import {name}", "", f"strategy = {name}({arguments})", ""]
     if recipe.config.amp_dtype == "tf32":
         lines += [
             "import torch",
             "",
-            "# tf32: float32 weights, TF32 tensor-core matmuls (Ampere or newer).",
+            comment("tf32: float32 weights, TF32 tensor-core matmuls (Ampere or newer)."),
             'torch.set_float32_matmul_precision("high")',
             "",
         ]
@@ -250,7 +267,7 @@ def _lightning(recipe: Recipe) -> str:
     lines.append("")
     comments = {"batch_size": _batch_comment(recipe)}
     lines += _kwargs_block("dataloader_kwargs", [(k, v, comments.get(k, "")) for k, v in loader.items()])
-    lines += ["", "# What Trainer and DataLoader arguments cannot express:"]
+    lines += ["", comment("What Trainer and DataLoader arguments cannot express:")]
     lines += _notes([n for n in lightning.notes(recipe) if not n.startswith("tf32")])
     lines += _sdpa_wrap(recipe, "trainer.fit(...)")
     return "\n".join(lines) + "\n"

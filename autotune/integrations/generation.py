@@ -7,7 +7,9 @@ The fields come from each knob's mapping in the registry (`model.generation_fiel
 the measured run passed to `generate`; `checked_generation_config` builds the installed
 transformers' GenerationConfig from them, so a field it does not know fails here, not in the
 user's script. What GenerationConfig cannot express (the dtype, the batch size, the prompt
-padding, a forced attention kernel) is said in comments, and done in the decode loop."""
+padding, a forced attention kernel) is said in comments, and done in the decode loop. Every value
+written into the code goes through one quoting function of `integrations.common` (a recipe's
+text fields are its author's, and must never become code: issue D, X01/X02)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import importlib.util
 import json
 from typing import Any
 
-from autotune.config import SDPA_KERNELS
+from autotune.config import SDPA_KERNELS, is_finite_number
+from autotune.integrations.common import comment, python_literal, python_name
 from autotune.model.generation_fields import generation_config_fields, generation_notes
 from autotune.recipe.recipe import Recipe
 
@@ -42,15 +45,17 @@ def checked_generation_config(recipe: Recipe) -> tuple[dict[str, Any], str]:
 def _header(recipe: Recipe, what: str, checked: str) -> list[str]:
     g = recipe.measured.get("generation") or {}
     tps = recipe.measured.get("tokens_per_sec")
-    lines = [f"# {what} for the autotune generation recipe of {recipe.model.get('name') or 'the model'}"]
+    latency = g.get("token_latency_p50_s")  # the loader checks only that `generation` is a mapping
+    latency = latency if is_finite_number(latency) else 0
+    lines = [f"{what} for the autotune generation recipe of {recipe.model.get('name') or 'the model'}"]
     if tps:
         lines.append(
-            f"# measured at {tps:,.0f} output tokens/s (batch {recipe.config.batch_size}), time per token p50 "
-            f"{1000 * (g.get('token_latency_p50_s') or 0):.2f} ms, on {recipe.hardware.get('name', '?')}"
+            f"measured at {tps:,.0f} output tokens/s (batch {recipe.config.batch_size}), time per token p50 "
+            f"{1000 * latency:.2f} ms, on {recipe.hardware.get('name', '?')}"
         )
     if recipe.study.get("name"):
-        lines.append(f"# study {recipe.study['name']}, trial {recipe.study.get('trial')}")
-    return lines + [f"# {checked}"]
+        lines.append(f"study {recipe.study['name']}, trial {recipe.study.get('trial')}")
+    return [comment(line) for line in [*lines, checked]]
 
 
 def _sdpa_import(backends: set[str]) -> list[str]:
@@ -58,7 +63,7 @@ def _sdpa_import(backends: set[str]) -> list[str]:
 
 
 def _kernel(backend: str) -> str:
-    return f"[SDPBackend.{SDPA_KERNELS[backend]}]"
+    return f"[SDPBackend.{python_name(SDPA_KERNELS[backend])}]"
 
 
 def hf_generate(recipe: Recipe) -> str:
@@ -66,23 +71,26 @@ def hf_generate(recipe: Recipe) -> str:
     values, checked = checked_generation_config(recipe)
     cfg = recipe.config
     lines = _header(recipe, "Hugging Face generate", checked)
-    lines += ["# Use: model.generate(**inputs, generation_config=generation_config)", ""]
+    lines += [comment("Use: model.generate(**inputs, generation_config=generation_config)"), ""]
     lines += ["import torch"] + _sdpa_import({cfg.decode_sdpa})
     lines += ["from transformers import CompileConfig, GenerationConfig", ""]
     if cfg.dtype != "float32":
-        lines += [f"model = model.to(torch.{cfg.dtype})  # as measured: the weights and the cache in {cfg.dtype}"]
+        why = comment(f"as measured: the weights and the cache in {cfg.dtype}")
+        lines += [f"model = model.to(torch.{python_name(cfg.dtype)})  {why}"]
     lines.append("generation_config = GenerationConfig(")
     for key, value in values.items():
-        shown = f"CompileConfig(**{value!r})" if key == "compile_config" else repr(value)
-        lines.append(f"    {key}={shown},")
+        shown = f"CompileConfig(**{python_literal(value)})" if key == "compile_config" else python_literal(value)
+        lines.append(f"    {python_name(key)}={shown},")
     lines += [")", ""]
     lines.append(
-        f"# {cfg.batch_size} prompt(s) a call, left-padded"
-        + (f" to a multiple of {cfg.prompt_bucket} tokens" if cfg.prompt_bucket > 1 else "")
-        + ":"
+        comment(
+            f"{cfg.batch_size} prompt(s) a call, left-padded"
+            + (f" to a multiple of {cfg.prompt_bucket} tokens" if cfg.prompt_bucket > 1 else "")
+            + ":"
+        )
     )
     pad = f", pad_to_multiple_of={cfg.prompt_bucket}" if cfg.prompt_bucket > 1 else ""
-    lines.append(f'# inputs = tokenizer(prompts, return_tensors="pt", padding=True{pad}, padding_side="left")')
+    lines.append(comment(f'inputs = tokenizer(prompts, return_tensors="pt", padding=True{pad}, padding_side="left")'))
     call = "output = model.generate(**inputs, generation_config=generation_config)"
     if cfg.decode_sdpa != "auto":
         lines += [f"with sdpa_kernel({_kernel(cfg.decode_sdpa)}):", f"    {call}"]
@@ -95,8 +103,8 @@ def hf_generate(recipe: Recipe) -> str:
             "generate call runs one backend (the decode one, above); `--format decode-loop` keeps both."
         )
     if notes:
-        lines += ["", "# What GenerationConfig cannot express (done above where code can):"]
-        lines += [f"# - {note}" for note in notes]
+        lines += ["", comment("What GenerationConfig cannot express (done above where code can):")]
+        lines += [comment(f"- {note}") for note in notes]
     return "\n".join(lines) + "\n"
 
 
@@ -126,7 +134,7 @@ BATCH_SIZE = {batch_size}  # prompts generated together
 BUCKET = {bucket}  # prompts left-padded to a multiple of this many tokens
 NEW_TOKENS = {new_tokens}  # greedy tokens per prompt, always this many
 STATIC_CACHE = {static}
-DECODE_COMPILE = {decode_compile!r}  # torch.compile mode of the decode step (None: eager)
+DECODE_COMPILE = {decode_compile}  # torch.compile mode of the decode step (None: eager)
 COMPILE_PREFILL = {compile_prefill}
 PREFILL_SDPA = {prefill_sdpa}  # the forced attention kernels (None: torch's choice)
 DECODE_SDPA = {decode_sdpa}
@@ -215,19 +223,19 @@ def decode_loop(recipe: Recipe) -> str:
     cfg = recipe.config
     lines = _header(recipe, "A plain PyTorch decode loop", "the loop generate runs, with the recipe's settings")
     lines += [
-        "# Use: generate(model, prompts) with a transformers causal LM and token-id prompts (lists of ints):",
-        "# greedy, NEW_TOKENS each, the same tokens as model.generate with the recipe's GenerationConfig.",
+        comment("Use: generate(model, prompts) with a transformers causal LM and token-id prompts (lists of ints):"),
+        comment("greedy, NEW_TOKENS each, the same tokens as model.generate with the recipe's GenerationConfig."),
     ]
     text = _LOOP.format(
-        cache_keyword=cache_keyword(),
+        cache_keyword=python_name(cache_keyword()),
         sdpa_import="".join(line + "\n" for line in _sdpa_import({cfg.prefill_sdpa, cfg.decode_sdpa})),
-        dtype=cfg.dtype,
-        batch_size=cfg.batch_size,
-        bucket=cfg.prompt_bucket,
-        new_tokens=int(recipe.workload["new_tokens"]),
-        static=cfg.kv_cache == "static",
-        decode_compile=None if cfg.decode_compile == "none" else cfg.decode_compile,
-        compile_prefill=cfg.compile_prefill,
+        dtype=python_name(cfg.dtype),
+        batch_size=python_literal(cfg.batch_size),
+        bucket=python_literal(cfg.prompt_bucket),
+        new_tokens=python_literal(int(recipe.workload["new_tokens"])),
+        static=python_literal(cfg.kv_cache == "static"),
+        decode_compile=python_literal(None if cfg.decode_compile == "none" else cfg.decode_compile),
+        compile_prefill=python_literal(cfg.compile_prefill),
         prefill_sdpa=None if cfg.prefill_sdpa == "auto" else _kernel(cfg.prefill_sdpa),
         decode_sdpa=None if cfg.decode_sdpa == "auto" else _kernel(cfg.decode_sdpa),
     )

@@ -97,7 +97,7 @@ from autotune.config import (
     yaml_problem,
 )
 from autotune.device.disk import write_text_atomic
-from autotune.errors import RecipeEnvironmentWarning, UnsupportedConfig, UsageError
+from autotune.errors import RecipeEnvironmentWarning, UnsupportedConfig, UsageError, printable
 from autotune.measure.measurement import Measurement
 from autotune.model.load import is_factory_name
 from autotune.study.references import SPEEDUP_FLAGS
@@ -572,8 +572,15 @@ def _numbers(value: Any) -> bool:
     return isinstance(value, list) and len(value) <= 1000 and all(_number(v) and v is not None for v in value)
 
 
+def _model_name(value: Any) -> bool:
+    """A model name is one line of text (gpt2, hf:NAME or hf:PATH, package.module:factory): one with
+    a line break or another control character is no model's, and would forge lines in the
+    commands and exports that show it. The one rule for every command that reads a recipe."""
+    return isinstance(value, str) and 0 < len(value) <= 500 and printable(value) == value
+
+
 _MODEL_FIELDS: dict[str, Callable[[Any], bool]] = {
-    "name": lambda v: isinstance(v, str) and 0 < len(v) <= 500,
+    "name": _model_name,
     "seq_len": _count,
     "n_layer": _count,
     "vocab_size": _count,
@@ -620,6 +627,7 @@ _EXPECTED = {
     _numbers: "a list of numbers",
     _interval: "[low, high] or null",
     _speedup_flags: "a list of " + " / ".join(SPEEDUP_FLAGS),
+    _model_name: "a model name on one line (1 to 500 characters, no control characters)",
 }
 
 

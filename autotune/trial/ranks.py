@@ -15,8 +15,11 @@ each rank in a session of its own (so a group kill alone would miss them); each 
 with the trial process (PR_SET_PDEATHSIG), so kill -9 of the tuner takes the trial process
 (its own death signal), and with it every rank, within a moment.
 
-Each launch rendezvouses on a port of its own: 127.0.0.1:0, the kernel's choice (as torchrun
---standalone does), held by the agent's store, freed when the trial process ends. The backend
+Each launch rendezvouses on a port of its own, the kernel's choice (as torchrun --standalone
+does), held by the agent's store, freed when the trial process ends. Every store of the launch
+listens on 127.0.0.1 only (`loopback_store`): torch's TCPStore listens on every interface
+whatever host it is given, and anyone who reached it could join or corrupt the rendezvous; the
+ranks are told MASTER_ADDR=127.0.0.1, and gloo's own sockets are on the loopback device. The backend
 is gloo on CPU, nccl on CUDA (rank k on cuda:k). `OMP_NUM_THREADS` is the host's CPUs // N for
 each rank, and a configuration whose N x (workers + 1) processes would oversubscribe the CPUs is
 refused before anything starts (`config.check_ranks_fit`).
@@ -35,16 +38,23 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 
+if TYPE_CHECKING:  # torch is imported when a launch starts
+    from torch.distributed import TCPStore
+    from torch.distributed.launcher.api import LaunchConfig
+
 RANK_FILE = "rank-{}.json"
+LOOPBACK = "127.0.0.1"
+RENDEZVOUS = "autotune-loopback"  # the launch's rendezvous backend (`_loopback_rendezvous`)
 # A connection a failed rank left behind: the others' errors, never the cause.
 _COMMUNICATION_WORDS = ("connection closed", "connection reset", "broken pipe", "gloo", "nccl", "peer", "socket")
 
@@ -52,29 +62,17 @@ _COMMUNICATION_WORDS = ("connection closed", "connection reset", "broken pipe", 
 def launch(request: Mapping[str, Any], request_path: str, result_path: str) -> Measurement:
     """Run the request's measurement as one launch of `spec.nproc_per_node` ranks and return
     the aggregate (or the failing rank's outcome)."""
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
-    from autotune.config import RunSpec, TrainConfig, usable_cpus
+    from autotune.config import RunSpec, TrainConfig
 
     spec, cfg = RunSpec.from_dict(request["spec"]), TrainConfig.from_dict(request["config"])
     n = spec.nproc_per_node
     folder = Path(result_path).parent / "ranks"
     folder.mkdir(exist_ok=True)
-    os.environ["OMP_NUM_THREADS"] = str(max(1, usable_cpus() // n))  # each rank's share of the host
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=n,
-        run_id=f"autotune-{uuid.uuid4().hex[:12]}",
-        rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",  # a fresh port each launch, the kernel's choice
-        max_restarts=0,  # a trial is measured once: a failure is its outcome
-        monitor_interval=0.05,
-        start_method="spawn",
-        logs_specs=DefaultLogsSpecs(log_dir=str(folder / "logs"), tee=Std.ALL),
-    )
+    set_rank_environment(n)
+    config = launch_config(n, folder)
     launched = time.time()
     failure = None
     try:
@@ -96,6 +94,85 @@ def launch(request: Mapping[str, Any], request_path: str, result_path: str) -> M
     if ended:
         result.phase_s["launcher_exit"] = max(0.0, returned - max(ended))  # the last rank's result to the call's return
     return result
+
+
+def set_rank_environment(n: int) -> None:
+    """This process's environment, which the launcher passes on to each of `n` ranks."""
+    from autotune.config import usable_cpus
+
+    os.environ["OMP_NUM_THREADS"] = str(max(1, usable_cpus() // n))  # each rank's share of the host
+    # gloo's sockets on the loopback device, not on the interface the host's name resolves to;
+    # a setting of the user's own is kept.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+
+def launch_config(n: int, folder: Path) -> "LaunchConfig":
+    """The launch of `n` ranks on this host, their logs under `folder`/logs, its rendezvous on
+    loopback only (`_loopback_rendezvous`)."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.launcher.api import LaunchConfig
+
+    _register_loopback_rendezvous()
+    return LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=n,
+        run_id=f"autotune-{uuid.uuid4().hex[:12]}",
+        rdzv_backend=RENDEZVOUS,
+        rdzv_endpoint=f"{LOOPBACK}:0",  # a fresh port each launch, the kernel's choice
+        local_addr=LOOPBACK,  # MASTER_ADDR of the ranks: the host's name may resolve to another interface
+        max_restarts=0,  # a trial is measured once: a failure is its outcome
+        monitor_interval=0.05,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=str(folder / "logs"), tee=Std.ALL),
+    )
+
+
+def loopback_store() -> "TCPStore":
+    """A TCPStore server on a fresh port of 127.0.0.1, listening there only. TCPStore listens on
+    every interface whatever host it is given; handed a socket already bound (master_listen_fd),
+    it listens on that one, and closes it when the store goes."""
+    from torch.distributed import TCPStore
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # as torch sets it on the sockets it makes: the port is free again as soon as the trial ends,
+        # its closed connections waiting out TIME_WAIT (Linux lets no second socket listen on it)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((LOOPBACK, 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+    except OSError:
+        listener.close()
+        raise
+    return TCPStore(LOOPBACK, port, is_master=True, multi_tenant=True, master_listen_fd=listener.detach())
+
+
+def _loopback_rendezvous(params: Any) -> Any:
+    """torch's c10d rendezvous (a `DynamicRendezvousHandler` over the C10d backend, what
+    `rdzv_backend="c10d"` builds), with both of its stores on loopback: the rendezvous's own, and
+    the one it starts for the ranks (MASTER_ADDR:MASTER_PORT), which torch makes in
+    `_create_tcp_store_server` (tests/trial/test_ranks.py checks that torch still does)."""
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    class Backend(C10dRendezvousBackend):
+        @property
+        def name(self) -> str:  # torch's registry checks that the handler is the backend it was asked for
+            return RENDEZVOUS
+
+    store = loopback_store()
+    handler = create_handler(store, Backend(store, params.run_id), params)
+    if not callable(getattr(handler, "_create_tcp_store_server", None)):  # replaced below: fail, never listen widely
+        raise RuntimeError("this torch's rendezvous no longer starts the ranks' store in _create_tcp_store_server")
+    handler._create_tcp_store_server = lambda master_addr, master_port: loopback_store()
+    return handler
+
+
+def _register_loopback_rendezvous() -> None:
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+
+    rendezvous_handler_registry.register(RENDEZVOUS, _loopback_rendezvous)  # again: a no-op
 
 
 def read_rank_results(folder: Path, n: int) -> dict[int, dict[str, Any]]:

@@ -3,6 +3,7 @@ a real study and of a synthetic GPU study with every outcome."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,27 @@ def test_report_never_writes_through_a_link_nor_over_a_folder(tmp_path):
     result = invoke("report", "--storage", str(storage), "--out", str(a_file))
     assert result.exit_code == 2 and "not a folder" in result.output, result.output
     assert a_file.read_text() == "mine"
+
+
+def test_report_refuses_a_study_name_that_is_a_path(tmp_path, monkeypatch):
+    """Issue D, R06: a handed-over database whose study is named `../../x` or an absolute path
+    made `report` (with or without --study) write its default reports/<study> outside reports/.
+    The name is refused as export and search refuse it, in one line, and nothing is written."""
+    here = tmp_path / "a" / "b" / "work"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    outside = tmp_path / "abs"
+    for name, lands in (("../../x", here.parent / "x"), (str(outside), outside)):
+        db = tmp_path / f"handed-over-{len(name)}.db"
+        synthetic_study(f"sqlite:///{db}", name=name, n=4)
+        for study in ([], ["--study", name]):
+            result = invoke("report", *study, "--storage", str(db))
+            assert result.exit_code == 2, result.output
+            assert "a study name is letters, digits and . _ -" in result.output
+            assert len(result.output.strip().splitlines()) == 1
+            assert not lands.exists() and sorted(p.name for p in here.iterdir()) == []
+        # With --out the user names the folder: the study's name names no file.
+        result = invoke("report", "--storage", str(db), "--out", str(here / "mine"))
+        assert result.exit_code == 0, result.output
+        assert not lands.exists() and (here / "mine" / "index.html").is_file()
+        shutil.rmtree(here / "mine")

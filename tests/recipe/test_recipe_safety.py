@@ -105,7 +105,7 @@ BAD = {
         "measured.memory_limit_bytes: 1 is 1 B; a memory limit is at least 1 MiB",
     ),
     "tokens_per_sec_text": (recipe_dict(measured__tokens_per_sec="fast"), "measured.tokens_per_sec: expected a number"),
-    "model_name_number": (recipe_dict(model__name=5), "model.name: expected a valid value, got 5"),
+    "model_name_number": (recipe_dict(model__name=5), "model.name: expected a model name on one line"),
     "data_list": (recipe_dict(data=["a"]), "data must be text"),
     "bool_workers": (recipe_dict(config__num_workers=True), "num_workers must be an integer >= 0, got True"),
     "huge_budget": (recipe_dict(config__token_budget=10**15), "token_budget must be an integer <= 1073741824"),

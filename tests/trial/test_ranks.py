@@ -5,6 +5,7 @@ no rank is left behind and the rendezvous port is free again."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from autotune.trial.runner import run_trial
 from tests.attack_helpers import in_repo_env
 from tests.fault_models import RANKS_DIR_ENV
 from tests.helpers import repo_env, timeout_passes_once
+from tests.listening import listening_addresses, socket_inodes
 
 DDP = TrainConfig(parallelism="ddp", token_budget=512, batching="packed")
 
@@ -205,3 +207,81 @@ def test_kill_9_of_the_tuner_leaves_no_rank(tmp_path):
         for pid, _ in _ranks_noted(tmp_path):
             if _alive(pid):
                 os.kill(pid, 9)
+
+
+def test_the_rendezvous_of_a_launch_listens_on_loopback_only(tmp_path):
+    """Issue D, M09: the launch's stores (the rendezvous's, and the one MASTER_ADDR:MASTER_PORT
+    names for the ranks) listened on every interface: anyone on the network could write the
+    rendezvous. The launch's own rendezvous handler, joined here as a node of one (no process
+    started), must listen on 127.0.0.1 alone and send the ranks there."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
+
+    from autotune.trial.ranks import launch_config
+
+    config = launch_config(2, tmp_path)
+    params = RendezvousParameters(
+        backend=config.rdzv_backend,
+        endpoint=config.rdzv_endpoint,
+        run_id=config.run_id,
+        min_nodes=config.min_nodes,
+        max_nodes=config.max_nodes,
+        local_addr=config.local_addr,
+        **config.rdzv_configs,
+    )
+    before = socket_inodes(os.getpid())
+    handler = rendezvous_handler_registry.create_handler(params)
+    try:
+        info = handler.next_rendezvous()
+        opened = listening_addresses(socket_inodes(os.getpid()) - before)
+        store_port = info.store.underlying_store.port
+        bootstrap = info.bootstrap_store_info
+        assert store_port in opened and bootstrap.master_port in opened
+        assert opened == {port: {"127.0.0.1"} for port in opened}, opened
+        assert bootstrap.master_addr == "127.0.0.1"  # not the host's name: the ranks connect on loopback
+    finally:
+        handler.shutdown()
+
+
+_SOCKETS_OF_A_RANK = """
+import json, os, sys
+import torch.distributed as dist
+from tests.listening import listening_addresses, socket_inodes
+
+dist.init_process_group("gloo")
+dist.barrier()  # every store and every gloo connection made
+seen = listening_addresses(socket_inodes(os.getppid(), os.getpid()))  # the launcher's and this rank's
+out = {"sockets": {port: sorted(a) for port, a in seen.items()}, "master": os.environ["MASTER_ADDR"]}
+open(os.path.join(sys.argv[1], os.environ["RANK"] + ".json"), "w").write(json.dumps(out))
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+_LAUNCH = """
+import sys
+from torch.distributed.launcher.api import elastic_launch
+from autotune.trial.ranks import launch_config, set_rank_environment
+
+set_rank_environment(2)
+elastic_launch(launch_config(2, __import__("pathlib").Path(sys.argv[1])), sys.executable)(sys.argv[2], sys.argv[1])
+"""
+
+
+@pytest.mark.process
+def test_a_two_rank_launch_listens_on_loopback_only(tmp_path):
+    """Issue D, M09, for real: two gloo ranks launched as a trial launches them; while they are
+    joined, every socket the launcher and the ranks listen on is on 127.0.0.1."""
+    worker = tmp_path / "rank.py"
+    worker.write_text(_SOCKETS_OF_A_RANK)
+    done = subprocess.run(
+        [sys.executable, "-c", _LAUNCH, str(tmp_path), str(worker)],
+        env=repo_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"{rank}.json").read_text())
+        assert seen["master"] == "127.0.0.1"
+        assert len(seen["sockets"]) >= 3, seen  # the two stores, and gloo's
+        assert all(addresses == ["127.0.0.1"] for addresses in seen["sockets"].values()), seen
