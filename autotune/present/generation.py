@@ -22,7 +22,11 @@ def agreement_text(agreement: Mapping[str, Any]) -> str:
     rows, new, required, agreed = (agreement.get(k) for k in ("rows", "new_tokens", "required", "agreed_min"))
     if agreed is not None and new is not None and agreed >= new:
         return f"{rows} prompt(s): all {new} tokens identical to the eager float32 reference"
-    return f"{rows} prompt(s): identical to the eager float32 reference up to token {agreed} (required: {required})"
+    ties = agreement.get("tie_rows") or 0
+    tied = f", {ties} parted at a rounding tie" if ties else ""
+    return (
+        f"{rows} prompt(s): identical to the eager float32 reference up to token {agreed} (required: {required}){tied}"
+    )
 
 
 def generation_rows(m: Measurement) -> list[tuple[str, str]]:

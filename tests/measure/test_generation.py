@@ -30,7 +30,14 @@ def test_figures_of_a_plain_run():
     assert g["runs"] == m.steps >= 3 and g["token_samples"] == g["runs"] * (QUICK["new_tokens"] - 1)
     assert g["ttft_p50_s"] <= g["ttft_p99_s"] and g["token_latency_p50_s"] <= g["token_latency_p99_s"]
     assert m.tokens_per_sec == g["output_tokens_per_sec"] > 0 and g["prefill_tokens_per_sec"] > 0
-    assert g["agreement"] == {"rows": 2, "new_tokens": 8, "required": 8, "agreed_min": 8, "identical_rows": 2}
+    assert g["agreement"] == {
+        "rows": 2,
+        "new_tokens": 8,
+        "required": 8,
+        "agreed_min": 8,
+        "identical_rows": 2,
+        "tie_rows": 0,
+    }
     assert m.recompiles_during_timing == 0 and m.peak_memory_bytes > 0 and m.compile_time_s == 0.0
 
 
@@ -116,14 +123,78 @@ def test_tokens_that_leave_the_reference_make_the_run_diverged(monkeypatch):
     assert m.generation["agreement"]["agreed_min"] == 2
 
 
+def _reference(tokens: list[list[int]], best: dict[int, float] | None = None) -> gen.Reference:
+    """A reference whose every step's float32 best logits are `best` (default: its token alone)."""
+    return gen.Reference(tokens, [[best or {t: 2.0} for t in row] for row in tokens])
+
+
 def test_agreement_is_every_token_in_float32_and_the_first_k_in_16_bit():
-    ref = [[1, 2, 3, 4, 5, 6]]
+    ref = _reference([[1, 2, 3, 4, 5, 6]])
     off_late = [[1, 2, 3, 4, 9, 9]]
     assert agreement(off_late, ref, dtype="float32", agree_tokens=3)[1] is not None
     assert agreement(off_late, ref, dtype="bfloat16", agree_tokens=3)[1] is None
     assert agreement(off_late, ref, dtype="float16", agree_tokens=5)[1] is not None
-    figures, why = agreement(ref, ref, dtype="float32", agree_tokens=3)
+    figures, why = agreement(ref.tokens, ref, dtype="float32", agree_tokens=3)
     assert why is None and figures["identical_rows"] == 1 and figures["required"] == 6
+
+
+def test_a_16_bit_token_that_parts_at_a_rounding_tie_passes_and_one_far_below_does_not():
+    # float32's logits at every step: the reference's token 7 best, 8 a hair below (less than one
+    # bfloat16 spacing, 2**-7 * 2 at 2.x), 9 far below; a 16-bit kernel may flip 7 and 8, not 7 and 9.
+    ref = _reference([[7, 7, 7]], {7: 2.3349, 8: 2.3221, 9: 2.0})
+    figures, why = agreement([[7, 8, 7]], ref, dtype="bfloat16", agree_tokens=3)
+    assert why is None and figures["tie_rows"] == 1 and figures["agreed_min"] == 1
+    figures, why = agreement([[7, 9, 7]], ref, dtype="bfloat16", agree_tokens=3)
+    assert figures["tie_rows"] == 0 and "at token 1 of prompt 0, on a token 0.335 below float32's best" in why
+    # The same gap is no tie in float16, whose spacing is 8x finer (0.0128 > 4 x 0.00195), nor in float32.
+    assert agreement([[7, 8, 7]], ref, dtype="float16", agree_tokens=3)[1] is not None
+    assert agreement([[7, 8, 7]], ref, dtype="float32", agree_tokens=3)[1] is not None
+    # A token float32 does not even rank among its best is no tie.
+    assert "not among float32's 16 best" in agreement([[7, 5, 7]], ref, dtype="bfloat16", agree_tokens=3)[1]
+
+
+@pytest.mark.slow
+def test_gpt2_in_bfloat16_passes_the_check_on_the_seed_whose_top_two_logits_tie():
+    """Seed 3 of randomly initialised gpt2: the bfloat16 static-cache decoder parts from float32 at
+    token 7 (this CPU, 2026-12-04), where float32's top two logits are closer than a bfloat16
+    spacing: that was `diverged`, a correct configuration dropped at random."""
+    spec = GenerateSpec(model="gpt2", prompt_lens=(16,), new_tokens=8, warmup=0, steps=2, min_time_s=0.0, seed=3)
+    m = measure_generation(spec, GenerateConfig(dtype="bfloat16", kv_cache="static"))
+    assert m.outcome == outcomes.OK, m.reason
+    assert m.generation["agreement"]["tie_rows"] == 1
+
+
+def test_a_planted_wrong_attention_kernel_in_bfloat16_is_still_caught(monkeypatch):
+    """A 16-bit configuration whose attention kernel is wrong (it forgets the softmax's
+    normalisation: a sum over the keys, not a mean) makes tokens float32 puts far below its best:
+    `diverged`, tie rule or not."""
+    import torch.nn.functional as F
+
+    real_build, real_sdpa = gen.build_generator, F.scaled_dot_product_attention
+
+    def wrong_sdpa(q, k, v, *args, **kwargs):
+        return real_sdpa(q, k, v, *args, **kwargs) * k.shape[-2]
+
+    class Wrong:
+        def __init__(self, inner):
+            self.inner, self.cache = inner, getattr(inner, "cache", None)
+
+        def generate(self, prompts, new_tokens, mark=lambda: None):
+            with monkeypatch.context() as patch:
+                patch.setattr(F, "scaled_dot_product_attention", wrong_sdpa)
+                return self.inner.generate(prompts, new_tokens, mark)
+
+    monkeypatch.setattr(
+        gen,
+        "build_generator",
+        lambda model, cfg, **kw: (
+            real_build(model, cfg, **kw) if cfg == gen.REFERENCE else Wrong(real_build(model, cfg, **kw))
+        ),
+    )
+    spec = GenerateSpec(prompt_lens=(8, 12), **{**QUICK, "new_tokens": 16})
+    m = measure_generation(spec, GenerateConfig(batch_size=2, dtype="bfloat16", kv_cache="static"))
+    assert m.outcome == outcomes.DIVERGED, m.generation["agreement"]
+    assert m.generation["agreement"]["tie_rows"] == 0
 
 
 def test_the_cuda_path_times_tokens_with_events_on_the_devices_stream(monkeypatch):
