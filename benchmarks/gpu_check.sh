@@ -17,14 +17,17 @@
 #
 #   step            estimate   cap     what takes the time
 #   dependencies       10 s     30 s   pip install --no-index --no-deps --target, only if something is missing
-#   doctor             25 s     45 s   torch and CUDA start, one compile nothing cached, SDPA kernels, a bf16 matmul's rate
+#   doctor             25 s     60 s   torch and CUDA start, one compile nothing cached, SDPA kernels, a bf16 matmul's rate
 #   probes             25 s     45 s   fp16 + chunked loss gradients against fp32 (32k tokens), a trial forked from the
 #                                      fork server (process start, gpt2-tiny on the GPU)
 #   generate           40 s     60 s   bench --task generate: gpt2, the article's cure (bf16, static cache, CUDA graphs of
 #                                      the decode step), 128 prompt + 128 new tokens; the correctness check
-#   search            170 s    190 s   the baseline (~20 s), the checklist (~60 s: a dynamic compile), then the planner's
-#                                      first proposals; no trial starts after 110 s, none runs past 75 s; no
-#                                      re-measurement of the leaders
+#   llama              25 s     45 s   bench of a Hugging Face Llama with checkpointed blocks, compiled, under the forced
+#                                      memory-efficient kernel, padded batches (issue G's case, on the GPU's kernels)
+#   search            145 s    165 s   the baseline (~20 s), the checklist (~60 s: a dynamic compile), then the planner's
+#                                      first proposals; none runs past 75 s, and none starts so late that it would
+#                                      outlive the step (its --timeout is what is left less a trial's); no
+#                                      re-measurement of the leaders; stopped anyway, the table reads its study
 #   table               5 s     20 s
 #   total             275 s    (the deadline: 300 s; the search comes last and is trimmed first)
 #
@@ -38,28 +41,39 @@ export CUDA_DEVICE_ORDER=PCI_BUS_ID
 PY="${PYTHON:-$(command -v python || command -v python3)}"
 [ -n "$PY" ] || { echo "no python or python3 on the PATH: set PYTHON"; exit 1; }
 WHEELS="${AUTOTUNE_WHEELS:-$ROOT/.wheelhouse}"
-OUT_DIR="${OUT:-$(mktemp -d -t autotune-gpucheck-XXXXXX)}"
-WORK="$(mktemp -d -t autotune-gpucheck-work-XXXXXX)"
-SITE="$(mktemp -d -t autotune-gpucheck-site-XXXXXX)"
-trap 'rm -rf "$WORK" "$SITE"' EXIT
-mkdir -p "$OUT_DIR"
+# Options first: a wrong one leaves nothing behind.
 case "${1:-}" in
   "") ;;
   -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}"; exit 0 ;;
   *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
 esac
+OUT_DIR="${OUT:-$(mktemp -d -t autotune-gpucheck-XXXXXX)}"
+# Where the results go must take them, before minutes are spent making them.
+if ! mkdir -p "$OUT_DIR" 2>/dev/null || ! { : > "$OUT_DIR/.writable"; } 2>/dev/null; then
+  echo "gpu_check.sh: cannot write the results to $OUT_DIR (OUT): make it writable, or set OUT to a folder that is" >&2
+  exit 2
+fi
+rm -f "$OUT_DIR/.writable"
+WORK="$(mktemp -d -t autotune-gpucheck-work-XXXXXX)"
+SITE="$(mktemp -d -t autotune-gpucheck-site-XXXXXX)"
+trap 'rm -rf "$WORK" "$SITE"' EXIT
 
 BUDGET_S=300
 START=$SECONDS
 STEPS_LOG="$WORK/steps.tsv"
 : > "$STEPS_LOG"
 
+# step_limit CAP_S: what a step starting now may take, its cap or what is left of the deadline.
+step_limit() {
+  local left=$((BUDGET_S - (SECONDS - START)))
+  echo $(( $1 < left ? $1 : left ))
+}
+
 # run_step NAME CAP_S CMD...: CMD under `timeout`, for at most CAP_S and never past the deadline;
 # stdout to $WORK/NAME.json, stderr to NAME.err; one line per step in steps.tsv.
 run_step() {
   local name=$1 cap=$2; shift 2
-  local left=$((BUDGET_S - (SECONDS - START)))
-  local limit=$(( cap < left ? cap : left ))
+  local limit; limit=$(step_limit "$cap")
   if [ "$limit" -lt 5 ]; then
     echo "--- $name: skipped, the ${BUDGET_S} s budget is spent" >&2
     printf '%s\tskipped\t0\t0\n' "$name" >> "$STEPS_LOG"
@@ -69,7 +83,10 @@ run_step() {
   local t0=$SECONDS
   timeout --kill-after=5 "$limit" "$@" > "$WORK/$name.json" 2> "$WORK/$name.err"
   local rc=$?
-  [ "$rc" = 124 ] && echo "--- $name: timed out after ${limit} s (see $name.err in the tarball)" >&2
+  # 124: timeout's TERM ended it; 137: the KILL that follows when TERM did not.
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "--- $name: timed out after ${limit} s, stopped (see $name.err in the tarball)" >&2
+  fi
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" "$limit" >> "$STEPS_LOG"
   return "$rc"
 }
@@ -90,7 +107,7 @@ printf 'dependencies\t0\t%s\t30\n' "$((SECONDS - t0))" >> "$STEPS_LOG"
 
 # --- doctor: what this machine is, whether compile can work, and its matmul rate ----------------
 AT=("$PY" -m autotune)
-run_step doctor 45 "${AT[@]}" doctor --json
+run_step doctor 60 "${AT[@]}" doctor --json
 DOCTOR=$("$PY" - "$WORK/doctor.json" <<'EOF'
 import json, sys
 try:
@@ -123,15 +140,18 @@ if [ "$DRY" = 1 ]; then
   PROBE=(--tokens 1024 --width 32); PROBE_CAP=120
   # The baseline only: the same command and files, the table's checklist row missing (the
   # checklist compiles on the CPU, ~20 s; the test suite runs it in every search it makes).
-  SPACE="$ROOT/tests/spaces/tiny.yaml"; N_TRIALS=1; SEARCH_TIMEOUT=60; TRIAL_TIMEOUT=100
+  SPACE="$ROOT/tests/spaces/tiny.yaml"; N_TRIALS=1; TRIAL_TIMEOUT=100
   # Generation: a static cache, eager (a CPU compile takes tens of seconds; the GPU's is the cure's).
   GENERATE=(--prompt-len 16 --new-tokens 8 --set kv_cache=static --warmup 0 --steps 3 --min-time 0)
+  # The Llama case on the CPU's forced kernel (the one that crashed); inductor on a CPU: ~20-60 s.
+  LLAMA_KERNEL=math; LLAMA_CAP=120
 else
   MODEL=gpt2; DEVICE=cuda:0; RUN=(--warmup 3 --steps 10 --min-time 1)
   PROBE=(--tokens 32768); PROBE_CAP=45
-  SPACE="$ROOT/search_spaces/gpu_quick.yaml"; N_TRIALS=8; SEARCH_TIMEOUT=110; TRIAL_TIMEOUT=75
+  SPACE="$ROOT/search_spaces/gpu_quick.yaml"; N_TRIALS=8; TRIAL_TIMEOUT=75
   GENERATE=(--prompt-len 128 --new-tokens 128 --set kv_cache=static --set decode_compile=reduce-overhead
     --set dtype=bfloat16 --warmup 1 --steps 5 --min-time 1)
+  LLAMA_KERNEL=efficient; LLAMA_CAP=45
 fi
 
 # --- probes: the fp16 + chunked loss gradients, and a trial forked from the fork server ---------
@@ -140,8 +160,18 @@ run_step probes "$PROBE_CAP" "$PY" benchmarks/gpu_probes.py --device "$DEVICE" "
 # --- generation: the article's cure, measured (TTFT and per-token p50/p99, the correctness check) ---
 run_step generate 60 "${AT[@]}" bench --task generate --model "$MODEL" --device "$DEVICE" "${GENERATE[@]}" --json
 
+# --- a Llama's checkpointed blocks compiled, under a forced kernel: forward and recompute agree --
+run_step llama "$LLAMA_CAP" "${AT[@]}" bench --model hf:llama-tiny --device "$DEVICE" --set batching=padded \
+  --set checkpoint_layers=0,1 --set compile_mode=default --set sdpa_backend="$LLAMA_KERNEL" \
+  --warmup 1 --steps 3 --min-time 0 --json
+
 # --- a short search: the two reference trials, then the planner's first proposals --------------
-(cd "$WORK" && run_step search 190 "${AT[@]}" search --model "$MODEL" --device "$DEVICE" "${RUN[@]}" \
+# No trial may start so late that it outlives the step: the search stops starting them a trial's
+# length (and its process start) before the step's limit.
+SEARCH_CAP=$(step_limit 165)
+SEARCH_TIMEOUT=$(( SEARCH_CAP - TRIAL_TIMEOUT - 15 ))
+[ "$SEARCH_TIMEOUT" -ge 10 ] || SEARCH_TIMEOUT=10
+(cd "$WORK" && run_step search "$SEARCH_CAP" "${AT[@]}" search --model "$MODEL" --device "$DEVICE" "${RUN[@]}" \
   --space "$SPACE" --n-trials "$N_TRIALS" --timeout "${SEARCH_TIMEOUT}s" --trial-timeout "${TRIAL_TIMEOUT}s" \
   --study gpucheck --storage "sqlite:///$WORK/gpucheck.db" --recipe "$WORK/recipe.json" --no-confirm --json)
 

@@ -2,12 +2,14 @@
 figures.json beside it.
 
 Rows: the baseline and the checklist (the search's reference trials, read from its study) and
-the search's best. Columns: effective tokens/s; speedups over the baseline and the checklist;
+the search's best (from its report, else from its study). Columns: effective tokens/s; speedups
+over the baseline and the checklist;
 MFU at the mean padded length and at the full context, each against the datasheet peak and
 against the peak `autotune doctor` measured on this device (a large bf16 matmul; on a machine
 whose doctor measured none, the 790 TFLOP/s an H200 reached here, said as such); peak memory and
 where it was read (nvml-process, nvml-device in a container, allocator-reserved without NVML, rss
 on CPU); padding; compile time; compile events in the timed window; the unstable flag. Then the
+generation step, the Llama step (checkpointed blocks compiled under a forced kernel), the
 two probes (benchmarks/gpu_probes.py) and each step's time.
 
     python benchmarks/gpu_table.py WORK_DIR DRY(0|1)"""
@@ -53,23 +55,35 @@ def load(path: Path) -> Any:
         return None
 
 
-def reference_measurements(db: Path) -> dict[str, dict[str, Any]]:
-    """The baseline's and the checklist's measurements, from the search's study."""
+def _trials(db: Path) -> list[Any]:
+    """The search's finished trials, from its study (none where the search never started)."""
     if not db.exists():
-        return {}
+        return []
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
         study = optuna.load_study(study_name="gpucheck", storage=f"sqlite:///{db}")
     except Exception:  # noqa: BLE001 (no study: the search never started)
+        return []
+    return [t for t in study.trials if isinstance(t.user_attrs.get("measurement"), dict)]
+
+
+def reference_measurements(db: Path) -> dict[str, dict[str, Any]]:
+    """The baseline's and the checklist's measurements, from the search's study."""
+    return {
+        t.user_attrs["reference"]: t.user_attrs["measurement"] for t in _trials(db) if t.user_attrs.get("reference")
+    }
+
+
+def best_in_study(db: Path) -> dict[str, Any]:
+    """The search's best as `search --json` gives it (number, measurement), read from the study:
+    the fastest `ok` trial, for when the search was stopped before it could write its report."""
+    measured = [t for t in _trials(db) if t.user_attrs["measurement"].get("outcome") == "ok"]
+    if not measured:
         return {}
-    found: dict[str, dict[str, Any]] = {}
-    for trial in study.trials:
-        name, m = trial.user_attrs.get("reference"), trial.user_attrs.get("measurement")
-        if name and isinstance(m, dict):
-            found[name] = m
-    return found
+    best = max(measured, key=lambda t: t.user_attrs["measurement"].get("tokens_per_sec") or 0.0)
+    return {"number": best.number, "measurement": best.user_attrs["measurement"], "from_study": True}
 
 
 def measured_peak(doctor: dict[str, Any] | None) -> tuple[float | None, str]:
@@ -77,7 +91,7 @@ def measured_peak(doctor: dict[str, Any] | None) -> tuple[float | None, str]:
     H200 figure on an H200, else none."""
     matmul = (doctor or {}).get("matmul") or {}
     if matmul.get("flops_per_sec"):
-        return float(matmul["flops_per_sec"]), f"measured here: {matmul.get('detail', 'a large matmul')}"
+        return float(matmul["flops_per_sec"]), f"measured here: {matmul.get('detail') or 'a large matmul'}"
     name = ((doctor or {}).get("device") or {}).get("name", "")
     if "H200" in name:
         return PUBLISHED_H200_BF16, "not measured here: 790 TFLOP/s, an H200's bf16 matmul in the device library"
@@ -173,6 +187,20 @@ def generation_line(m: dict[str, Any] | None) -> str:
     )
 
 
+def llama_line(m: dict[str, Any] | None) -> str:
+    """The Llama step's verdict in one line: checkpointed blocks compiled under a forced kernel."""
+    if not m:
+        return "llama (checkpointed blocks, compiled, forced kernel): no report (see llama.err in the tarball)"
+    cfg = m.get("config") or {}
+    reason = (m.get("reason") or "").splitlines()[:1]
+    return (
+        f"llama (checkpointed blocks {cfg.get('checkpoint_layers')}, compile {cfg.get('compile_mode')}, "
+        f"{cfg.get('sdpa_backend')} kernel, {cfg.get('batching')} batches): {m.get('outcome')}, "
+        f"{m.get('tokens_per_sec') or 0:,.0f} tok/s, {m.get('recompiles_during_timing')} recompiles while timed"
+        + (f": {reason[0]}" if reason else "")
+    )
+
+
 def steps(work: Path) -> list[list[str]]:
     try:
         return [line.split("\t") for line in (work / "steps.tsv").read_text().splitlines() if line]
@@ -187,12 +215,14 @@ def main(work_dir: str, dry_run: str) -> int:
     base, check = refs.get("baseline"), refs.get("checklist")
     base_tps = (base or {}).get("tokens_per_sec")
     check_tps = (check or {}).get("tokens_per_sec")
-    best = (search or {}).get("best") or {}
+    # A search stopped at its cap writes no report: its best is still in the study.
+    best = (search or {}).get("best") or best_in_study(work / "gpucheck.db")
+    where = ", read from the study: the search wrote no report" if best.get("from_study") else ""
     peak, peak_source = measured_peak(doctor)
     runs = [
         ("baseline (fp32 eager math, fixed 8x seq)", base),
         ("checklist (bf16 compile flash, pinned, 4 workers)", check),
-        (f"search best (trial {best.get('number', '?')})", best.get("measurement")),
+        (f"search best (trial {best.get('number', '?')}{where})", best.get("measurement")),
     ]
     rows = [row(name, m, base_tps, check_tps, peak) for name, m in runs]
     device = (doctor or {}).get("device") or {}
@@ -212,6 +242,8 @@ def main(work_dir: str, dry_run: str) -> int:
         )
     generate = load(work / "generate.json")
     print(generation_line(generate))
+    llama = load(work / "llama.json")
+    print(llama_line(llama))
     for line in probe_lines(probes):
         print(line)
     print("steps: " + ", ".join(f"{s[0]} {s[2]} s (rc {s[1]})" for s in steps(work) if len(s) >= 3))
@@ -229,6 +261,7 @@ def main(work_dir: str, dry_run: str) -> int:
         },
         "probes": probes,
         "generate": generate,
+        "llama": llama,
         "steps": steps(work),
     }
     (work / "figures.json").write_text(json.dumps(figures, indent=1, default=str))

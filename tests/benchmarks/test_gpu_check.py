@@ -26,7 +26,7 @@ def test_the_header_budget_fits_five_minutes_and_every_step_runs_under_a_timeout
     text = SCRIPT.read_text()
     rows = re.findall(r"^#   (\w[\w ]*?)\s+(\d+) s\s+(\d+) s", text, flags=re.M)
     steps = {name.strip(): (int(estimate), int(cap)) for name, estimate, cap in rows}
-    assert set(steps) == {"dependencies", "doctor", "probes", "generate", "search", "table"}
+    assert set(steps) == {"dependencies", "doctor", "probes", "generate", "llama", "search", "table"}
     total = int(re.search(r"^#   total\s+(\d+) s", text, flags=re.M).group(1))
     assert total == sum(estimate for estimate, _ in steps.values()) <= 300
     assert "BUDGET_S=300" in text
@@ -38,9 +38,20 @@ def test_the_header_budget_fits_five_minutes_and_every_step_runs_under_a_timeout
     ]
     assert commands and all("run_step " in line for line in commands), commands
     caps = dict(re.findall(r"^[^#]*run_step (\w+) (\S+) ", text, flags=re.M))
-    assert caps == {"doctor": "45", "probes": '"$PROBE_CAP"', "generate": "60", "search": "190"}
+    assert caps == {
+        "doctor": "60",
+        "probes": '"$PROBE_CAP"',
+        "generate": "60",
+        "llama": '"$LLAMA_CAP"',
+        "search": '"$SEARCH_CAP"',
+    }
     assert re.findall(r"PROBE_CAP=(\d+)", text) == ["120", "45"]  # the dry run's, the GPU's
-    assert int(caps["search"]) == steps["search"][1] and steps["probes"][1] == 45
+    assert re.findall(r"LLAMA_CAP=(\d+)", text) == ["120", "45"]
+    assert steps["probes"][1] == 45 and steps["llama"][1] == 45
+    # The search's cap is the header's, and no trial it starts outlives it: its --timeout is what
+    # the step has left, less a trial's time and a process start.
+    assert f"SEARCH_CAP=$(step_limit {steps['search'][1]})" in text
+    assert "SEARCH_TIMEOUT=$(( SEARCH_CAP - TRIAL_TIMEOUT - 15 ))" in text
     # ... and pip and the table under their own timeouts.
     # (pip in gpu_deps.sh, which gpu_check.sh and gpu_ranks_check.sh both source)
     deps = (SCRIPT.parent / "gpu_deps.sh").read_text()
@@ -263,7 +274,7 @@ def test_the_dry_run_installs_offline_and_brings_back_at_most_six_files(gpu_chec
         doctor = json.loads(tar.extractfile("./doctor.json").read())
         generate = json.loads(tar.extractfile("./generate.json").read())
     assert {"doctor.json", "probes.json", "search.json", "gpucheck.db", "recipe.json", "search.err"} <= names
-    steps_run = ["dependencies", "doctor", "probes", "generate", "search"]
+    steps_run = ["dependencies", "doctor", "probes", "generate", "llama", "search"]
     assert [s[0] for s in steps] == steps_run and all(s[1] == "0" for s in steps)
     # The bounded generation step: its figures, in the table and in figures.json.
     assert generate["outcome"] == "ok" and generate["generation"]["cache"] == "static"
@@ -271,6 +282,12 @@ def test_the_dry_run_installs_offline_and_brings_back_at_most_six_files(gpu_chec
     assert json.loads((out / "figures.json").read_text())["generate"]["generation"]["new_tokens"] == 8
     if WHEELHOUSE.is_dir():  # .ci/run builds it: optuna came from it, installed offline, not from site-packages
         assert "autotune-gpucheck-site-" in deps, deps
+    # Issue G's case: a Llama's checkpointed blocks, compiled, under the forced math kernel.
+    assert re.search(
+        r"^llama \(checkpointed blocks \[0, 1\], compile default, math kernel, padded batches\): ok, ",
+        proc.stdout,
+        flags=re.M,
+    )
     # `autotune doctor` on this CPU, in a fresh process: torch.compile works here, for real.
     assert doctor["device"]["kind"] == "cpu" and doctor["compile"]["ok"] is True, doctor["compile"]
 
@@ -318,3 +335,23 @@ def _libm_path() -> str:
         if "/libm.so" in line or "/libm-" in line:
             return line.split()[-1]
     pytest.skip("no libm mapped in this process")
+
+
+def test_a_search_stopped_before_its_report_still_gives_the_table_its_best(tmp_path, capsys):
+    """A search killed at its cap writes no search.json: the best comes from the study, said so;
+    a doctor's matmul without a detail reads as a matmul, not "None"."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_table
+    import optuna
+
+    write_study(tmp_path / "gpucheck.db", {"baseline": measurement(10_000.0), "checklist": measurement(100_000.0)})
+    study = optuna.load_study(study_name="gpucheck", storage=f"sqlite:///{tmp_path / 'gpucheck.db'}")
+    for tps, outcome in ((300_000.0, "ok"), (900_000.0, "oom"), (250_000.0, "ok")):
+        study.add_trial(
+            optuna.trial.create_trial(value=tps, user_attrs={"measurement": measurement(tps, outcome=outcome)})
+        )
+    (tmp_path / "doctor.json").write_text(json.dumps({"matmul": {"flops_per_sec": 800e12, "detail": None}}))
+    assert gpu_table.main(str(tmp_path), "0") == 0
+    out = capsys.readouterr().out
+    assert "| search best (trial 2, read from the study: the search wrote no report) | 300,000 |" in out
+    assert "measured here: a large matmul" in out and "None" not in out
