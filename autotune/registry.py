@@ -479,6 +479,17 @@ def _only_under(mode: str, name: str) -> Callable[[Mapping[str, Any]], str | Non
     return rule
 
 
+def _fsdp2_scaler_requires(k: Mapping[str, Any]) -> str | None:
+    if k["parallelism"] == "fsdp2" and k.get("amp_dtype") == "float16":
+        # GradScaler's overflow check reads each rank's own gradient shards: one rank may skip a
+        # step that the others take, and the replicas part for good
+        return (
+            "amp_dtype=float16 under parallelism=fsdp2: the GradScaler checks each rank's gradient shards for "
+            "overflow alone, so ranks can step differently; use amp_dtype=bfloat16, or parallelism=ddp"
+        )
+    return None
+
+
 def _static_graph_run_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
     steps = run.get("accumulation_steps", 1)
     if k["static_graph"] and k["parallelism"] == "ddp" and steps > 1:
@@ -1160,6 +1171,7 @@ KNOBS: tuple[Knob, ...] = (
         Stage.MODEL,
         "autotune.knobs.parallel:apply_parallel_knob",
         choices=PARALLELISMS,
+        requires=_fsdp2_scaler_requires,
         run_rule=_parallelism_run_rule,
         apply="autotune.knobs.parallel:apply_parallel_knob",
         # After checkpointing (20) and compile (90), as torchtitan orders them: activation

@@ -26,7 +26,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import RunSpec, TrainConfig, check_int
-from autotune.device import DeviceInfo, describe, resolve_device, total_host_memory
+from autotune.device import DeviceInfo, describe, resolve_device, total_host_memory, visible_gpu_count
 from autotune.device.disk import check_writable
 from autotune.errors import AutotuneError, DiskFull, UsageError
 from autotune.measure import outcomes
@@ -304,10 +304,16 @@ def _check_ranks(settings: SearchSettings, space, device: str) -> None:
         return
     if settings.task != "train":
         raise UsageError("--nproc-per-node trains on several ranks; a generation study runs in one process")
-    if ":" in device:
+    if ":" in settings.device.strip():  # the user's; `device` is resolved, always with its index
         raise UsageError(
             f"--nproc-per-node {ranks} runs ranks on cuda:0 ... cuda:{ranks - 1}: give --device cuda, and choose the "
             "GPUs with CUDA_VISIBLE_DEVICES"
+        )
+    if device.startswith("cuda") and ranks > (visible := visible_gpu_count()):
+        # Each rank takes a GPU of its own: every trial would crash at its first rank past the last.
+        raise UsageError(
+            f"--nproc-per-node {ranks} runs a rank per GPU, and this process sees {visible}: give at most "
+            f"--nproc-per-node {visible}, or make more GPUs visible (CUDA_VISIBLE_DEVICES)"
         )
     fixed = space.fixed.get("parallelism")
     searched = space.dimensions.get("parallelism")

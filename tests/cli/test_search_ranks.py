@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from autotune.errors import UsageError
 from tests.helpers import FAST, TINY_SPACE, invoke
 
 TWO_RANK_SPACE = """version: 1
@@ -74,3 +75,31 @@ def test_a_two_rank_search_writes_a_recipe_that_verify_reruns_on_two_ranks(tmp_p
     data = json.loads(verified.stdout)
     assert data["passed"] is True and data["outcome"] == "ok"
     assert data["measured"]["world_size"] == 2  # relaunched on 2 ranks
+
+
+TWO_GPUS = [
+    {"uuid": "GPU-0a1b2c3d-0000-4000-8000-000000000001"},
+    {"uuid": "GPU-0a1b2c3d-0000-4000-8000-000000000002", "speed": 9},
+]
+
+
+@pytest.mark.cuda_fakes
+@pytest.mark.parametrize(("gpus", "refused"), [(1, True), (2, False)])
+def test_ranks_on_cuda_are_checked_against_the_visible_gpus(gpus, refused, tmp_path, monkeypatch):
+    """On a one-GPU host every trial of --nproc-per-node 2 would crash: refused before anything
+    runs. With the GPUs there, `--device cuda` (resolved to cuda:0) is taken, not refused as if the
+    user had named one device."""
+    from autotune.search.run import SearchSettings, _check_ranks
+    from autotune.space.file import load_space
+    from tests.cuda_fakes import FakeGpu, FakeMachine, fake_gpu_machine
+
+    space_file = tmp_path / "ranks.yaml"
+    space_file.write_text(TWO_RANK_SPACE)
+    settings = SearchSettings(model="gpt2-tiny", device="cuda", nproc_per_node=2)
+    machine = FakeMachine([FakeGpu(**g) for g in TWO_GPUS[:gpus]])
+    with fake_gpu_machine(monkeypatch, machine):
+        if refused:
+            with pytest.raises(UsageError, match=r"--nproc-per-node 2 runs a rank per GPU, and this process sees 1"):
+                _check_ranks(settings, load_space(space_file), "cuda:0")
+        else:
+            _check_ranks(settings, load_space(space_file), "cuda:0")

@@ -132,3 +132,14 @@ def test_ddp_static_graph_cannot_accumulate():
         accumulation_for(4096, cfg, world_size=2)
     assert accumulation_for(2048, cfg, world_size=2) == 1
     assert accumulation_for(4096, cfg.replace(static_graph=False), world_size=2) == 2
+
+
+def test_float16_under_fsdp2_is_refused_with_its_reason():
+    """GradScaler's overflow check reads each rank's own shards: ranks could step differently."""
+    from autotune.config import TrainConfig
+    from autotune.errors import UsageError
+
+    with pytest.raises(UsageError, match="checks each rank's gradient shards for overflow alone"):
+        TrainConfig(amp_dtype="float16", parallelism="fsdp2")
+    assert TrainConfig(amp_dtype="float16", parallelism="ddp").parallelism == "ddp"  # DDP's gradients are whole
+    assert TrainConfig(amp_dtype="bfloat16", parallelism="fsdp2").parallelism == "fsdp2"
