@@ -311,6 +311,15 @@ class FakeCuda:
     def c_get_device(self) -> int:
         return self.current
 
+    def c_accelerator_set_device_index(self, index: int) -> None:
+        """torch.accelerator.set_device_index's C call, with CUDA the accelerator (the DataLoader's
+        pin-memory thread makes it with its device's index): a negative index is a no-op, as
+        torch documents; any other is cudaSetDevice's."""
+        if not isinstance(index, int):
+            raise TypeError(f"_accelerator_setDeviceIndex(): argument 'device_index' must be int, not {type(index)}")
+        if index >= 0:
+            self.c_set_device(index)
+
     def c_synchronize(self) -> None:
         self.touch(self.current)
         self.sync_epoch[self.current] = self.sync_epoch.get(self.current, 0) + 1
@@ -855,6 +864,7 @@ def install(machine: FakeMachine, setattr_: Callable[..., None]) -> FakeCuda:
         "_cuda_getDeviceCount": cuda.c_get_device_count,
         "_cuda_setDevice": cuda.c_set_device,
         "_cuda_getDevice": cuda.c_get_device,
+        "_accelerator_setDeviceIndex": cuda.c_accelerator_set_device_index,
         "_cuda_synchronize": cuda.c_synchronize,
         "_cuda_resetPeakMemoryStats": cuda.c_reset_peak_memory_stats,
         "_cuda_memoryStats": cuda.c_memory_stats,

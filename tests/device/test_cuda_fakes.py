@@ -172,3 +172,16 @@ def test_a_fork_after_cuda_started_cannot_use_cuda_as_torch_refuses_it(monkeypat
         assert in_a_fork(torch.cuda.is_initialized) == "ok False"
         assert in_a_fork(lambda: torch.manual_seed(1) and "seeded") == "ok seeded"  # leaves CUDA alone
         assert torch.cuda.is_initialized() and torch.ones(1, device="cuda:0").item() == 1.0  # the parent's is fine
+
+
+def test_the_pin_memory_threads_device_index_call_is_taken_as_the_real_api_takes_it(monkeypatch):
+    """The DataLoader's pin-memory thread calls torch.accelerator.set_device_index(device_id):
+    the real API takes a visible index (and a negative one as a no-op); the fakes refused it."""
+    two = FakeMachine([FakeGpu(), FakeGpu(uuid="GPU-0a1b2c3d-0000-4000-8000-000000000002", speed=9)])
+    with fake_gpu_machine(monkeypatch, two) as cuda:
+        torch.accelerator.set_device_index(1)
+        assert cuda.current == 1
+        torch.accelerator.set_device_index(-1)
+        assert cuda.current == 1
+        with pytest.raises(RuntimeError, match="invalid device ordinal"):
+            torch.accelerator.set_device_index(2)
