@@ -43,7 +43,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # five times as many, to look for bugs; what it finds becomes an @example.
 from hypothesis import settings as _hypothesis_settings  # noqa: E402
 
-_hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+_hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True, max_examples=30)
 _hypothesis_settings.register_profile("explore", derandomize=False, database=None, max_examples=500)
 _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

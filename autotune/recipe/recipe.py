@@ -645,7 +645,8 @@ def _check_fields(section: Mapping[str, Any], fields: Mapping[str, Callable[[Any
     for key, ok in fields.items():
         if key in section and not ok(section[key]):
             expected = _EXPECTED.get(ok, "a valid value")
-            raise UsageError(f"{where}.{key}: expected {expected}, got {_shown(section[key])}")
+            # The key too may come from a hand-made file (an unknown speedup's name): one line.
+            raise UsageError(f"{where}.{printable(key)}: expected {expected}, got {_shown(section[key])}")
 
 
 def _global_batch(batch: Any, config: TrainConfig, *, where: str) -> tuple[int | None, int]:
