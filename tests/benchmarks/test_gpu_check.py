@@ -28,8 +28,8 @@ def test_the_header_budget_fits_five_minutes_and_every_step_runs_under_a_timeout
     steps = {name.strip(): (int(estimate), int(cap)) for name, estimate, cap in rows}
     assert set(steps) == {"dependencies", "doctor", "probes", "generate", "llama", "search", "table"}
     total = int(re.search(r"^#   total\s+(\d+) s", text, flags=re.M).group(1))
-    assert total == sum(estimate for estimate, _ in steps.values()) <= 300
-    assert "BUDGET_S=300" in text
+    assert total == sum(estimate for estimate, _ in steps.values()) <= 360
+    assert "BUDGET_S=360" in text
     # Every autotune command and the probes run through run_step (timeout, capped by the deadline) ...
     commands = [
         line
@@ -160,6 +160,7 @@ def measurement(tps: float, **fields) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_the_table_has_every_column_for_every_run(tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_table
@@ -337,6 +338,7 @@ def _libm_path() -> str:
     pytest.skip("no libm mapped in this process")
 
 
+@pytest.mark.slow
 def test_a_search_stopped_before_its_report_still_gives_the_table_its_best(tmp_path, capsys):
     """A search killed at its cap writes no search.json: the best comes from the study, said so;
     a doctor's matmul without a detail reads as a matmul, not "None"."""
