@@ -30,5 +30,5 @@ oldest_torch_fast_tier() {
   fi
   # This checkout's autotune and its test dependencies; torch stays the one pinned.
   "$py" -m pip install --quiet -e '.[test]' "torch==$OLDEST_TORCH"
-  "$py" -m pytest -q -m "not process and not postgres and not compile"
+  "$py" -m pytest -q -m "not slow"
 }

@@ -233,9 +233,18 @@ def pytest_runtest_setup(item) -> None:
             pytest.skip(why)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+# Not in the fast tier (`-m "not slow"`): what starts processes, needs the database server or
+# compiles for real is slow by its nature; `slow` alone marks a test that steps a real model or
+# runs a whole search in the test process (one smoke test of each stays fast).
+SLOW_BY_NATURE = ("process", "postgres", "compile")
+
+
+# tryfirst: before xdist reads the groups into the node ids, and before `-m` deselects (the
+# slow marks added here count)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    """The xdist groups, and the order. In one process: tests that start no process first, then
+    """The slow marks, the xdist groups, and the order. In one process: tests that start no
+    process first, then
     the other process tests, then those reading a prefetched fixture, made meanwhile in the
     background: by then it is ready, or nearly. Under xdist the other way round: the longest
     work first, so that no worker is left with it at the end while the other idles. Stable
@@ -251,6 +260,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if (name := _prefetched_group(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(name))
+        if any(item.get_closest_marker(m) for m in SLOW_BY_NATURE):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=group, reverse=_in_xdist_worker(config))
 
 

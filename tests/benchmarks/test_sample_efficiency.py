@@ -35,6 +35,7 @@ def test_sample_efficiency_replay():
     assert out["infeasible"] > 0 and out["memory_limit_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_sweep_enumerates_conditional_dimensions():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from _common import enumerate_space

@@ -94,6 +94,7 @@ def test_unsupported_config_human_output_names_the_knob():
     assert "unsupported" in result.stdout and "pin_memory" in result.stdout
 
 
+@pytest.mark.slow
 def test_human_output_shows_effective_tokens_and_applies_the_options():
     result = bench(
         "--steps",

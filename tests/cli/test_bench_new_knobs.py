@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.helpers import invoke
 
 
@@ -15,6 +17,7 @@ def bench(*sets: str) -> tuple[int, dict]:
     return result.exit_code, json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_bench_set_new_knobs():
     code, data = bench("batching=packed", "loss_impl=chunked", "token_budget=1024")
     assert code == 0 and data["outcome"] == "ok"

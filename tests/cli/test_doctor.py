@@ -44,6 +44,7 @@ def doctor(*args: str) -> tuple[int, dict | str]:
     return result.exit_code, json.loads(result.stdout) if "--json" in args else result.stdout
 
 
+@pytest.mark.slow
 def test_doctor_on_this_cpu_says_what_it_can(quick_compile):
     code, report = doctor("--json")
     assert code == 0 and report["ok"] and report["problems"] == []

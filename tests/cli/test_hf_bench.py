@@ -38,6 +38,7 @@ def test_bench_builds_only_a_users_code_in_a_child_first(monkeypatch, tmp_path):
     assert probed == users
 
 
+@pytest.mark.slow
 def test_bench_an_hf_model_end_to_end():
     # 1024 tokens: 9 batch shapes warmed up at bench's 8192 would be most of the run
     result = invoke("bench", "--model", "hf:gpt2-tiny", *FAST, "--set", "token_budget=1024", "--json")
@@ -65,6 +66,7 @@ def test_bench_refuses_a_wrapper_that_shifts_labels_again():
     )
 
 
+@pytest.mark.slow
 def test_an_hf_llama_with_a_checkpointed_block_and_forced_sdpa_is_measured():
     spec = RunSpec(model="hf:llama-tiny", device="cpu", warmup=1, steps=2, min_time_s=0)
     m = measure(spec, TrainConfig(token_budget=256, checkpoint_layers=(0,), sdpa_backend="math"))

@@ -64,6 +64,7 @@ def test_padded_batches_fill_the_budget_for_their_width(synthetic):
     assert short <= 1
 
 
+@pytest.mark.slow
 def test_grouping_pads_far_less_than_random_batches(synthetic):
     collate = PadCollate(SEQ, default_bucket(SEQ))
     grouped = padding_fraction(data_loader(synthetic, batching="padded"))

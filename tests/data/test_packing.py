@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from autotune.config import IGNORE_INDEX
@@ -27,6 +28,7 @@ def test_packed_windows_are_contiguous_and_unpadded(synthetic):
     assert torch.equal(stream[: len(first)], first)
 
 
+@pytest.mark.slow
 def test_loader_epochs_differ_and_replay(synthetic):
     def epochs(dl):
         return [[input_ids[:, :4].clone() for input_ids, _ in dl] for _ in range(2)]

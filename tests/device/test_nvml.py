@@ -46,6 +46,7 @@ def test_nvml_failing_on_a_gpu_machine_is_said_once(fresh_nvml, monkeypatch, cap
     assert len(warnings) == 1 and "torch's allocator" in warnings[0].getMessage()
 
 
+@pytest.mark.slow
 def test_memory_limit_is_still_enforced_on_cpu_without_nvml(fresh_nvml):
     assert autotune.device.nvml.load_nvml() is None
     spec = tiny_spec(steps=2, memory_limit_bytes=64 * 1024**2)

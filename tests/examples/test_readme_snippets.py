@@ -107,6 +107,7 @@ def test_the_training_loop_runs_as_written(name, workdir):
     assert any(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))
 
 
+@pytest.mark.slow
 def test_a_trainer_run_with_a_recipe(workdir):
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
@@ -125,6 +126,7 @@ def test_a_trainer_run_with_a_recipe(workdir):
 # warning's class to show it, and importing Lightning takes it ~10 s, in which this worker's
 # reports back up and it waits.
 @pytest.mark.filterwarnings("ignore:::lightning")
+@pytest.mark.slow
 def test_a_lightning_run_with_a_recipe(workdir):
     pytest.importorskip("lightning")
     code = snippet("With Lightning")

@@ -121,6 +121,7 @@ def test_an_eager_hf_model_is_switched_to_sdpa_and_another_kernel_refused():
         apply_attention_knob(model, TrainConfig(sdpa_backend="math"), Where(None, "cpu"))
 
 
+@pytest.mark.slow
 def test_the_search_measures_the_checklist_on_an_hf_gpt2():
     """The checklist's flash trial of `search --model hf:gpt2-tiny` on a CPU was `unsupported`
     ("No available kernel"): it is measured, on the model the recipe will train."""

@@ -147,6 +147,7 @@ def test_knob_rules_refuse_what_cannot_go_together_in_one_line():
         check_supported(GenerateConfig(kv_cache="static", decode_sdpa="flash", dtype="bfloat16"), cuda)
 
 
+@pytest.mark.slow
 def test_a_transformers_model_is_refused_what_generate_cannot_do():
     model = build_model("hf:gpt2-tiny")
     check_model_supported(model, GenerateConfig(kv_cache="static", decode_compile="default"))

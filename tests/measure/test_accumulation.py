@@ -106,6 +106,7 @@ def test_accumulation_steps_is_the_global_batch_over_the_budget_exactly():
     assert RunSpec(global_batch_tokens=4096).accumulation_steps(TrainConfig(token_budget=1024)) == 4
 
 
+@pytest.mark.slow
 def test_measure_times_whole_optimizer_steps_and_counts_every_micro_steps_tokens(monkeypatch):
     """A global batch of 4 micro-batches: warm-up ends, and the timed window starts and ends,
     at an optimizer-step boundary; the optimizer steps once per 4 micro-steps; tokens/s is

@@ -179,6 +179,7 @@ def test_without_nvml_the_gpu_is_described_by_torch_and_memory_read_from_the_all
 # --- profile, verify, --devices ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_profile_sets_up_cuda_with_the_device_index(gpus, tmp_path):
     from autotune.measure.profile import profile_config
 

@@ -26,6 +26,7 @@ def test_a_non_finite_loss_is_diverged_whatever_the_memory(loss):
     assert outcomes.recording(outcomes.DIVERGED, has_rate=True) is outcomes.Recording.PRUNED
 
 
+@pytest.mark.slow
 def test_the_measuring_loop_finds_a_nan_loss():
     spec = RunSpec(model="tests.attack_models:nan_loss", device="cpu", warmup=1, steps=2, min_time_s=0)
     m = measure(spec, TrainConfig(token_budget=1024))

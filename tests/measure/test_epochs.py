@@ -49,6 +49,7 @@ def in_windows(events: list[str]) -> int:
 
 
 @pytest.mark.parametrize("warmup", [0, 3])
+@pytest.mark.slow
 def test_no_epoch_begins_inside_a_timed_window(events, warmup):
     spec = RunSpec(model="gpt2-tiny", device="cpu", warmup=warmup, steps=10, min_time_s=0)
     m = measure(spec, TrainConfig(token_budget=1024, batching="packed"))

@@ -114,6 +114,7 @@ def test_measurement_round_trips_through_a_dict(tiny_run):
     assert Measurement.from_dict({**m.to_dict(), "unknown_future_field": 1}) == m
 
 
+@pytest.mark.slow
 def test_memory_limit_flags_the_run():
     m = measure(tiny_spec(steps=2, memory_limit_bytes=1024**2), TrainConfig(token_budget=1024))
     assert m.outcome == "over_memory_limit"
@@ -178,6 +179,7 @@ def test_user_model_runs_with_checkpointing():
 # --- data waits, the minimum time, noise ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_data_waits_are_measured(monkeypatch):
     delay = 0.02
 
@@ -202,6 +204,7 @@ def test_data_waits_are_measured(monkeypatch):
     assert starved.step_time_median_s > sleep
 
 
+@pytest.mark.slow
 def test_the_timed_window_lasts_at_least_min_time():
     """On a fast device --steps alone gives a window too short to reproduce: the loop keeps
     stepping until both the step count and the minimum time are reached."""
@@ -215,6 +218,7 @@ def test_the_timed_window_lasts_at_least_min_time():
     assert timed.phase_s["timed"] >= min_time
 
 
+@pytest.mark.slow
 def test_a_noisy_run_takes_a_second_window_then_is_flagged_unstable(monkeypatch):
     """Noise cannot be ordered on a shared CPU: a target no run can meet stands for it."""
     monkeypatch.setattr(autotune.measure.loop, "CV_TARGET", -1.0)
@@ -246,6 +250,7 @@ def run_small():
     return run
 
 
+@pytest.mark.slow
 def test_token_budget_sets_the_tokens_of_each_step(run_small):
     _, small = run_small(batching="fixed", token_budget=1024)
     _, large = run_small(batching="fixed", token_budget=4096)
@@ -271,6 +276,7 @@ def test_batching_mode_sets_the_padding(run_small):
         assert m.tokens_per_sec == pytest.approx(m.padded_tokens_per_sec * (1 - m.padding_fraction))
 
 
+@pytest.mark.slow
 def test_measure_loads_data_in_worker_processes(batch_record, monkeypatch, tmp_path):
     log = tmp_path / "pids"
 
@@ -289,6 +295,7 @@ def test_measure_loads_data_in_worker_processes(batch_record, monkeypatch, tmp_p
     assert os.getpid() not in pids and len(pids) == 2  # the items were loaded by two workers
 
 
+@pytest.mark.slow
 def test_measure_loads_in_process_without_workers(monkeypatch, tmp_path):
     log = tmp_path / "pids"
     monkeypatch.setattr(autotune.measure.setup, "make_dataset", small_corpus(functools.partial(log_pid, log)))
@@ -297,6 +304,7 @@ def test_measure_loads_in_process_without_workers(monkeypatch, tmp_path):
     assert {int(line) for line in log.read_text().split()} == {os.getpid()}
 
 
+@pytest.mark.slow
 def test_a_short_window_clearly_below_the_threshold_is_not_measured_fully():
     """The search passes its best less a margin: a run whose short first window is clearly below
     it stops there (a quarter of the steps), one above it is timed in full, the short window merged in.

@@ -4,6 +4,7 @@ runs (the shape warm-up's, the data warm-up's and the timed ones)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -51,6 +52,7 @@ def training_steps(m) -> int:
     return m.shape_warmup_steps + m.warmup_steps + m.steps
 
 
+@pytest.mark.slow
 def test_packed_document_steps_pass_document_ids(monkeypatch):
     # FlexAttention cannot train on CPU; this model needs none, so the device rule is lifted
     # to show the loop's part: every step hands the model its batch's document ids.
@@ -73,6 +75,7 @@ def test_packed_document_steps_pass_document_ids(monkeypatch):
     assert len(SEEN) == training_steps(m) and all(docs is None for _, docs in SEEN)
 
 
+@pytest.mark.slow
 def test_loss_impl_decides_what_the_head_runs(monkeypatch):
     calls: list[int] = []
     real = autotune.model.loss._chunked_forward

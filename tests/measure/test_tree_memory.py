@@ -11,6 +11,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from autotune.config import RunSpec, TrainConfig
 from autotune.data.datasets import make_dataset
@@ -42,6 +43,7 @@ class HoardingDataset:
         return self.inner[i]
 
 
+@pytest.mark.slow
 def test_dataloader_workers_count_in_the_peak(monkeypatch):
     parent = os.getpid()
     monkeypatch.setattr(
@@ -105,6 +107,7 @@ def stop(*pids: int) -> None:
             pass
 
 
+@pytest.mark.slow
 def test_pages_shared_copy_on_write_count_once_and_a_childs_own_count_fully():
     from autotune.device.memory import ProcessTreeMemory, rss_bytes
 

@@ -48,6 +48,7 @@ def epoch_shapes(cfg: TrainConfig) -> set[tuple[int, int]]:
     return {tuple(x.shape) for x, _ in build_dataloader(dataset, cfg, seq_len=128, seed=0)}
 
 
+@pytest.mark.slow
 def test_warm_up_steps_on_every_batch_shape_before_the_clock_starts(monkeypatch):
     shapes = spy_steps(monkeypatch)
     m = measure(SPEC, PADDED)

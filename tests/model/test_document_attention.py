@@ -30,6 +30,7 @@ def window_with_documents(bounds=(0, 37, 90), seed=0):
 
 
 @torch.no_grad()
+@pytest.mark.slow
 def test_a_token_cannot_attend_across_a_document_boundary(model):
     ids, docs = window_with_documents()
     changed = ids.clone()

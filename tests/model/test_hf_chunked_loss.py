@@ -102,6 +102,7 @@ def test_a_model_whose_logits_are_not_its_head_is_refused_unchanged():
     assert not has_head_loss(model) and "forward" not in model.__dict__
 
 
+@pytest.mark.slow
 def test_the_measuring_loop_runs_chunked_on_an_hf_model():
     """The search measures it as the recipe will train it (the trials were `unsupported`)."""
     spec = RunSpec(model="hf:llama-tiny", device="cpu", steps=2, warmup=1, min_time_s=0.0)

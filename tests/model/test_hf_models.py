@@ -285,6 +285,7 @@ def test_a_whole_model_compile_over_eager_checkpointed_blocks(fresh_dynamo, aot_
     assert all(p.grad is not None for p in model.transformer.h[0].parameters())
 
 
+@pytest.mark.slow
 def test_the_label_probe_compiles_nothing(fresh_dynamo, aot_eager):
     """recipe.dataloader(for_model=model) after apply_to_model asks an unknown model which labels
     it takes: that (1, 8) no-grad call runs eagerly through compiled blocks, adding no graph."""

@@ -13,6 +13,7 @@ REAL_SIZES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 
 
 @pytest.mark.parametrize("name", REAL_SIZES + ("gpt2-tiny",))
+@pytest.mark.slow
 def test_blocks_are_one_module_list_at_transformer_h(name):
     model = meta_model(name)
     blocks = find_blocks(model)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
@@ -30,6 +31,7 @@ def as_two_ranks(m, index):
     m.phase_s["rank_start"] = 1.5
 
 
+@pytest.mark.slow
 def test_a_two_rank_study_shows_global_per_device_scaling_and_straggler(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     calls: list = []

@@ -44,6 +44,7 @@ def test_report_of_a_real_study(studies, tmp_path):
     assert "<h2>Outcomes</h2>" in html and "autotune dashboard --study a" in html
 
 
+@pytest.mark.slow
 def test_report_of_every_outcome(tmp_path):
     # A journal file: its 24 trials are written in milliseconds, where SQLite takes seconds (the
     # report of an SQLite study is the one above).
@@ -64,6 +65,7 @@ def test_report_of_an_unknown_study(studies, tmp_path):
     assert result.exit_code == 2 and "no study 'zzz'" in result.output
 
 
+@pytest.mark.slow
 def test_report_never_writes_through_a_link_nor_over_a_folder(tmp_path):
     """`report --out DIR` with DIR/index.html a symlink wrote through it and overwrote the
     target; DIR/history.png a folder, or DIR a file, gave a traceback or exit 1."""
@@ -97,6 +99,7 @@ def test_report_never_writes_through_a_link_nor_over_a_folder(tmp_path):
     assert a_file.read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_report_refuses_a_study_name_that_is_a_path(tmp_path, monkeypatch):
     """Issue D, R06: a handed-over database whose study is named `../../x` or an absolute path
     made `report` (with or without --study) write its default reports/<study> outside reports/.

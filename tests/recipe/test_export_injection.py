@@ -153,6 +153,7 @@ def test_hostile_text_in_a_recipe_never_becomes_code_in_an_export(make, fmt, tex
 @settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=HOSTILE, which=st.sampled_from(range(len(PROGRAMS))))
 @example(text="x\u2029import os", which=0)
+@pytest.mark.slow
 def test_any_text_in_a_recipes_fields_leaves_its_exports_the_same_program(text, which):
     make, fmt = PROGRAMS[which]
     check_same_program(make, fmt, text)

@@ -186,6 +186,7 @@ def counting(count: int, vocab: int, seed: int = 0) -> list[list[int]]:
     ]
 
 
+@pytest.mark.slow
 def test_label_alignment_on_an_hf_models_loss():
     """The same documents, two ways: HF's own loss on the unshifted batches for_model gives, and
     cross-entropy of HF's logits against autotune's aligned labels (the target of position t is

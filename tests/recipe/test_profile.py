@@ -13,6 +13,7 @@ from autotune.recipe.profile import profile_recipe
 from tests.helpers import invoke, save_recipe
 
 
+@pytest.mark.slow
 def test_profile_prints_the_breakdown_and_writes_a_trace(recipe, tmp_path):
     out = tmp_path / "prof"
     result = invoke(
@@ -45,6 +46,7 @@ def test_profile_prints_the_breakdown_and_writes_a_trace(recipe, tmp_path):
     assert {"autotune:data_wait", "autotune:optimizer"} <= names
 
 
+@pytest.mark.slow
 def test_profile_report_figures(recipe, tmp_path):
     report = profile_recipe(recipe, device="cpu", steps=1, warmup=1, out_dir=tmp_path)
     assert set(report.shares) == set(CATEGORIES)
@@ -57,6 +59,7 @@ def test_profile_report_figures(recipe, tmp_path):
     json.dumps(report.to_dict())
 
 
+@pytest.mark.slow
 def test_no_garbage_collection_inside_the_profiled_steps(recipe, tmp_path):
     """A collection of a large heap stalls whichever op is running for as long as it takes
     (seconds in a long-lived process), and over a few profiled steps that stall is most of
@@ -115,6 +118,7 @@ def test_a_compile_inside_the_profiled_steps_is_counted_and_said(tmp_path, monke
     assert f"warning: {report.compiles_in_window} compile event(s) inside the profiled steps" in format_profile(report)
 
 
+@pytest.mark.slow
 def test_profile_keeps_the_recipes_gradient_accumulation(tmp_path):
     """A recipe with a global batch is profiled as it was measured: a step is a micro-step and
     the optimizer steps once per global batch (it stepped on every micro-batch before)."""

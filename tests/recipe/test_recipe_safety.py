@@ -248,6 +248,7 @@ def test_recipe_fields_that_load_but_cannot_run_are_bad_input(tmp_path, monkeypa
     ["postgresql://tuner:s3cret@db/autotune", "postgresql://tuner@db/autotune?password=s3cret", "x:s3cret@host"],
 )
 @pytest.mark.parametrize("fmt", ["json", "yaml", "hf", "lightning"])
+@pytest.mark.slow
 def test_a_password_in_a_hand_made_recipe_is_never_exported(tmp_path, monkeypatch, storage, fmt):
     """`export` printed a password held in a hand-made recipe's study.storage: it is redacted
     when the recipe is read, as when one is written."""

@@ -217,6 +217,7 @@ def test_example_script_trains_an_hf_gpt2_on_a_cpu_recipe(recipe, tmp_path):
     assert proc.stderr.count("attention dropout") == 1
 
 
+@pytest.mark.slow
 def test_a_document_mask_recipe_feeds_the_model_its_document_ids():
     """attention_mask=document with `for_model=` (the README loop): batches carry the
     `document_ids` the model's forward takes (they were (window, ids) pairs the collate could

@@ -42,6 +42,7 @@ def opened_storages(monkeypatch) -> list:
     return opened
 
 
+@pytest.mark.slow
 def test_a_full_disk_mid_study_keeps_the_measured_trial_in_the_recipe_and_resumes_it(workdir, monkeypatch):
     """From the fourth trial on, the SQLite file cannot grow (max_page_count: SQLite then answers
     SQLITE_FULL, "database or disk is full", exactly as on a full disk)."""

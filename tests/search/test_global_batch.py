@@ -26,6 +26,7 @@ def search(*args: str):
     return CliRunner().invoke(main, ["search", *FAST, *args])
 
 
+@pytest.mark.slow
 def test_every_trial_runs_at_the_global_batch_and_the_recipe_records_it(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     calls: list = []
@@ -44,6 +45,7 @@ def test_every_trial_runs_at_the_global_batch_and_the_recipe_records_it(tmp_path
     }
 
 
+@pytest.mark.slow
 def test_a_resumed_study_keeps_its_global_batch_and_refuses_another(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     calls: list = []
@@ -69,6 +71,7 @@ def test_a_study_made_without_a_global_batch_refuses_one(tmp_path, monkeypatch):
     assert "was measured with --global-batch-tokens unset, this run 4096" in refused.stderr
 
 
+@pytest.mark.slow
 def test_a_budget_that_does_not_divide_the_global_batch_is_pruned_without_a_process(tmp_path, monkeypatch):
     """The planner never proposes a budget that does not divide the global batch; one enqueued by
     hand (a warm start of another study, say) is pruned before any process starts."""
@@ -141,6 +144,7 @@ def test_bench_refuses_cuda_graphs_with_accumulation_and_with_padded_batches_as_
         graphs.replace(batching="padded")
 
 
+@pytest.mark.slow
 def test_search_prunes_cuda_graphs_with_accumulation_without_a_process(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     space = tmp_path / "graphs.yaml"

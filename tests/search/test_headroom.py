@@ -28,6 +28,7 @@ def test_the_constraint_is_the_peak_against_the_limit_less_the_headroom():
     assert memory_constraint(None, 1000, 0.05) == 0.0
 
 
+@pytest.mark.slow
 def test_a_peak_within_the_limit_but_not_the_headroom_is_no_best(tmp_path, monkeypatch):
     """338.5 MiB against 350 MiB is 96.7 %: within the limit, over its 5 % headroom: no best."""
     monkeypatch.chdir(tmp_path)
@@ -42,6 +43,7 @@ def test_a_recipe_records_the_headroom_it_was_judged_with(resumable):  # noqa: F
     assert measured["memory_headroom"] == 0.05 and measured["memory_margin_bytes"] == 21 * 1024**3 - PEAK
 
 
+@pytest.mark.slow
 def test_resuming_with_another_headroom_is_refused_and_without_one_keeps_the_studys(resumable):  # noqa: F811
     result = search("--memory-headroom", "10%", "--n-trials", "1")
     assert result.exit_code == 2

@@ -99,6 +99,7 @@ def test_the_summary_names_the_storage_and_the_recipe(in_tmp):
 # --- unstable, wherever a figure is shown -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_unstable_best_is_flagged_in_its_line_the_summary_and_the_recipe(in_tmp):
     url = f"sqlite:///{in_tmp / 's.db'}"
     study = make_study(url, "s")
@@ -131,6 +132,7 @@ def test_verify_flags_an_unstable_figure():
     assert "3,180 (unstable)" in text and "3,000 (unstable)" not in text
 
 
+@pytest.mark.slow
 def test_compare_and_report_flag_an_unstable_best(in_tmp):
     from autotune.present.compare import comparison_text, load_comparison
     from autotune.present.importance import knob_importance
@@ -150,6 +152,7 @@ def test_compare_and_report_flag_an_unstable_best(in_tmp):
 # --- show without --study -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_show_without_a_study_lists_the_studies_it_finds(in_tmp):
     Path("studies").mkdir()
     make_study(default_storage_url("gpt2-tiny-cpu"), "gpt2-tiny-cpu")
@@ -166,6 +169,7 @@ def test_show_without_a_study_lists_the_studies_it_finds(in_tmp):
     assert [s["study"] for s in listed] == ["gpt2-tiny-cpu", "hf-gpt2-cpu"]
 
 
+@pytest.mark.slow
 def test_show_with_a_storage_of_several_studies_lists_them(in_tmp):
     url = f"sqlite:///{in_tmp / 'many.db'}"
     make_study(url, "one")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import optuna
+import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
@@ -24,6 +25,7 @@ def search(tmp_path, monkeypatch, *args: str) -> tuple[optuna.Study, list]:
     return optuna.load_study(study_name=STUDY, storage=f"sqlite:///{tmp_path}/studies/{STUDY}.db"), calls
 
 
+@pytest.mark.slow
 def test_no_confirm_measures_no_leader_again_and_the_recipe_is_the_best_run(tmp_path, monkeypatch):
     study, calls = search(tmp_path, monkeypatch, "--no-confirm")
     assert len(calls) == len(study.trials) == 3

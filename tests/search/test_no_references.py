@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
@@ -24,6 +25,7 @@ def references(study) -> list[str]:
     return [t.user_attrs["reference"] for t in study.trials if t.user_attrs.get("reference")]
 
 
+@pytest.mark.slow
 def test_no_references_opens_a_study_without_them_and_the_summary_says_no_speedup(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fake_trials(monkeypatch)

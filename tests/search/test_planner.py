@@ -268,6 +268,7 @@ def test_on_a_fake_h200_the_expert_prior_proposes_cudnn_attention_compiled_first
     assert ampere.propose([]).config["sdpa_backend"] == "flash" and ampere._preferred().sdpa_backend == "flash"
 
 
+@pytest.mark.slow
 def test_the_shipped_gpu_space_gives_only_configurations_the_knobs_allow():
     """search_spaces/gpt2.yaml crosses reduce-overhead with padded batches (its rule refuses the
     pair, and since the registry's CUDA-graph rule so does TrainConfig itself): making the

@@ -66,6 +66,7 @@ def test_a_read_only_recipe_folder_is_refused_before_the_study(tmp_path, monkeyp
     assert message.startswith("Error: recipe ro/best.json: cannot write in ro (")
 
 
+@pytest.mark.slow
 def test_resuming_in_a_read_only_studies_folder_is_refused_before_any_trial(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with monkeypatch.context() as m:
@@ -221,6 +222,7 @@ def studies_without_a_best(tmp_path: Path) -> tuple[str, str]:
     return empty, crashed
 
 
+@pytest.mark.slow
 def test_export_and_compare_say_why_there_is_no_best(tmp_path, monkeypatch):
     empty, crashed = studies_without_a_best(tmp_path)
     message = refused(tmp_path, monkeypatch, "export", "--storage", empty, "--study", "empty")

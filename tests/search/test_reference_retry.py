@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from autotune.cli import main
@@ -35,6 +36,7 @@ def reference_attempts(study) -> list[tuple[str, str | None]]:
     return [(r.reference, r.outcome and str(r.outcome)) for r in records if r.reference]
 
 
+@pytest.mark.slow
 def test_an_interrupted_reference_is_run_again_on_resume_once(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     interrupt_the_baseline(monkeypatch)
@@ -54,6 +56,7 @@ def test_an_interrupted_reference_is_run_again_on_resume_once(tmp_path, monkeypa
     assert reference_attempts(load_study(STUDY, None)) == attempts
 
 
+@pytest.mark.slow
 def test_a_retried_reference_interrupted_again_is_not_retried_a_second_time(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     interrupt_the_baseline(monkeypatch)

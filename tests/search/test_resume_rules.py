@@ -71,6 +71,7 @@ def test_resuming_with_another_memory_limit_is_refused(resumable):
     assert files_under(resumable) == before
 
 
+@pytest.mark.slow
 def test_resuming_with_another_number_of_ranks_is_refused(tmp_path, monkeypatch):
     # tokens/s of 2 ranks is another figure than one rank's: the study stays at its world size
     monkeypatch.chdir(tmp_path)
@@ -101,6 +102,7 @@ def test_resuming_without_a_limit_keeps_the_studys(resumable):
     assert recipe["measured"]["memory_limit_bytes"] == 21 * 1024**3
 
 
+@pytest.mark.slow
 def test_new_study_on_request(resumable):
     """--new-study starts NAME-2 with the new limit; there, no trial fits 300 MiB, so none is
     the best (where the attacker's resume named a 338.5 MiB best under a 300 MiB limit)."""
@@ -113,6 +115,7 @@ def test_new_study_on_request(resumable):
     assert len(load_study(STUDY, None).trials) == 3  # the old study is untouched
 
 
+@pytest.mark.slow
 def test_a_failed_warm_start_leaves_nothing_and_the_corrected_rerun_warm_starts(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fake_trials(monkeypatch)
@@ -134,6 +137,7 @@ def test_a_failed_warm_start_leaves_nothing_and_the_corrected_rerun_warm_starts(
     assert warm, "the corrected rerun must warm-start"
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_study_creation_leaves_a_whole_study(tmp_path, monkeypatch):
     """A Ctrl-C while the study is being set up waits until it is set up, then stops the run:
     the next run resumes at once instead of finding a half-made study."""

@@ -183,6 +183,7 @@ def test_gpu_space_holds_the_strongest_configuration():
 # --- the CPU space -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cpu_space_holds_only_what_a_cpu_runs():
     space = load_space(CPU_SPACE, n_layer=2, seq_len=128)
     configs = [cfg for _, cfg in sampled(space, 300)]

@@ -129,6 +129,7 @@ def test_the_default_studies_folder_is_made_others_are_not(tmp_path, monkeypatch
     assert not (tmp_path / "deep").exists()
 
 
+@pytest.mark.slow
 def test_in_memory_sqlite_runs_without_heartbeat_noise(tmp_path, monkeypatch, capfd):
     """`search --storage sqlite://` printed a heartbeat traceback per beat: an in-memory
     database is one per connection, and the heartbeat thread's has no tables."""

@@ -59,6 +59,7 @@ def test_workers_joining_together_get_their_own_sampler_seed():
     assert autotune.study.lifecycle.worker_seed(0, 2, pid=1001) != autotune.study.lifecycle.worker_seed(0, 3, pid=1001)
 
 
+@pytest.mark.slow
 def test_a_study_whose_creator_died_before_setting_it_up_is_set_up_by_the_next_worker(tmp_path, monkeypatch):
     monkeypatch.setattr(autotune.study.lifecycle, "JOIN_WAIT_S", 0.5)
     storage = open_storage(f"journal:{tmp_path / 's.journal'}")

@@ -34,6 +34,7 @@ def damage(path: Path, tables: tuple[str, ...] = ("trials", "trial_user_attribut
             f.write(b"\xab" * page_size)
 
 
+@pytest.mark.slow
 def test_a_database_damaged_behind_its_header_is_one_line_for_every_reader(workdir, monkeypatch):
     """A real study of a few trials (a search, its trials faked), then the pages of its trials
     overwritten. Every command that reads it, `search` resuming it too, says in one line which

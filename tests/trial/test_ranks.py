@@ -209,6 +209,7 @@ def test_kill_9_of_the_tuner_leaves_no_rank(tmp_path):
                 os.kill(pid, 9)
 
 
+@pytest.mark.slow
 def test_the_rendezvous_of_a_launch_listens_on_loopback_only(tmp_path):
     """Issue D, M09: the launch's stores (the rendezvous's, and the one MASTER_ADDR:MASTER_PORT
     names for the ranks) listened on every interface: anyone on the network could write the
