@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from autotune import registry
 from autotune.errors import printable
 from autotune.units import format_bytes
 
@@ -94,8 +95,17 @@ def device_memory_text(hw: Mapping[str, Any]) -> str:
     return f"host RAM ({hw['cpu_count']} CPUs)" if hw.get("kind") == "cpu" and hw.get("cpu_count") else "n/a"
 
 
+# The knobs each task's line always shows, in their short forms (the line people have read
+# since the first release); every other knob of the task follows when it is off its default.
+_SHOWN_TRAIN = ("amp_dtype", "compile_mode", "sdpa_backend", "token_budget", "batching", "num_workers")
+_SHOWN_TRAIN += ("prefetch_factor", "pin_memory", "checkpoint_layers")
+_SHOWN_GENERATE = ("batch_size", "kv_cache", "decode_compile", "compile_prefill", "dtype")
+_SHOWN_GENERATE += ("prefill_sdpa", "decode_sdpa", "prompt_bucket")
+
+
 def config_summary(config: Mapping[str, Any]) -> str:
-    """The knobs that matter, in one short line."""
+    """Every knob that tells this configuration apart, in one short line: the usual ones in
+    their short forms, then each other knob off its default as name=value, in registry order."""
     if "kv_cache" in config:  # a generation configuration
         return generation_config_summary(config)
     parts = [
@@ -112,7 +122,22 @@ def config_summary(config: Mapping[str, Any]) -> str:
         parts.append("pin")
     layers = config.get("checkpoint_layers") or []
     parts.append(f"ckpt={','.join(map(str, layers)) if layers else '-'}")
-    return " ".join(parts)
+    return " ".join(parts + _changed_knobs(config, registry.TRAIN, _SHOWN_TRAIN))
+
+
+def _changed_knobs(config: Mapping[str, Any], task: str, shown: tuple[str, ...]) -> list[str]:
+    """name=value for each of the task's knobs not in `shown` that the config sets off its
+    default, in registry order; a knob meaningful only with several ranks only when the
+    config has them (parallelism other than none)."""
+    ranks = config.get("parallelism", "none") not in ("none", None)
+    out = []
+    for knob in registry.knobs_of(task):
+        if knob.name in shown or knob.name not in config or (knob.ranks_only and not ranks):
+            continue
+        value = config[knob.name]
+        if registry.value_text(value) != registry.value_text(knob.default):
+            out.append(f"{knob.name}={value_text(value)}")
+    return out
 
 
 def generation_config_summary(config: Mapping[str, Any]) -> str:
@@ -123,10 +148,11 @@ def generation_config_summary(config: Mapping[str, Any]) -> str:
     sdpa = config.get("decode_sdpa")
     if config.get("prefill_sdpa") != sdpa:
         sdpa = f"{config.get('prefill_sdpa')}/{sdpa}"
-    return (
+    line = (
         f"batch={config.get('batch_size')} cache={config.get('kv_cache')} compile={compiled} "
         f"dtype={config.get('dtype')} sdpa={sdpa} bucket={config.get('prompt_bucket')}"
     )
+    return " ".join([line, *_changed_knobs(config, registry.GENERATE, _SHOWN_GENERATE)])
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
