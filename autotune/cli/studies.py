@@ -20,17 +20,18 @@ def show(study, storage, as_json, limit) -> None:
     --study, list the studies in --storage (or under studies/, where search writes them)."""
     from autotune.present.summaries import show_json, show_text, studies_json, studies_text
     from autotune.study.catalog import list_studies
-    from autotune.study.storage import load_study
+    from autotune.study.storage import load_study, open_storage, study_names
     from autotune.study.summary import summarize
 
-    if study is None:
+    # One study in a named storage is shown; anything else is listed. Counted, not listed, first:
+    # listing reads every trial, and a damaged one would be warned of twice.
+    if study is None and (storage is None or len(study_names(open_storage(storage, create=False))) != 1):
         entries = list_studies(storage)
-        if storage is None or len(entries) != 1:  # one study in a named storage: show it
-            if as_json:
-                emit_json(studies_json(entries))
-            else:
-                say(studies_text(entries))
-            return
+        if as_json:
+            emit_json(studies_json(entries))
+        else:
+            say(studies_text(entries))
+        return
     loaded = load_study(study, storage)
     summary = summarize(loaded)
     if as_json:

@@ -35,11 +35,13 @@ class Importance:
 
 def importance_trials(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
     """COMPLETE trials the sampler chose (references carry no params) and that were
-    run, not reused: a duplicate would count one measurement twice."""
+    run, not reused: a duplicate would count one measurement twice; a damaged one is left out
+    (its readers say so)."""
     chosen = []
     for t in trials:
         record = TrialRecord.read(t)
-        if t.state == TrialState.COMPLETE and record.reference is None and record.duplicate_of is None and t.params:
+        whole = record.damage is None and record.reference is None and record.duplicate_of is None
+        if t.state == TrialState.COMPLETE and whole and t.params:
             chosen.append(t)
     return chosen
 

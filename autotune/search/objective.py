@@ -182,7 +182,12 @@ class Objective:
         key = cfg.to_dict()
         for frozen in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             done = record.TrialRecord.read(frozen)
-            if done.config == key and done.outcome is not None and outcomes.reusable(done.outcome):
+            if (
+                done.damage is None
+                and done.config == key
+                and done.outcome is not None
+                and outcomes.reusable(done.outcome)
+            ):
                 trial.set_user_attr(record.DUPLICATE_OF, done.number)
                 return TrialResult(done.outcome, done.reason, done.measurement)
         return None

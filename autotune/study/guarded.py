@@ -11,11 +11,17 @@ another tuner) is waited for: SQLite's busy timeout waits LOCK_ATTEMPT_S in each
 a refused call is tried again, the whole call (Optuna rolled its transaction back), until
 AUTOTUNE_LOCK_WAIT_S (default 120 s) have passed since the lock was first met. That is said
 once, as the wait starts, naming the file; calls refused while the lock lasts share one wait,
-so a command that gives up does not wait again to read what it knew."""
+so a command that gives up does not wait again to read what it knew.
+
+A trial attribute whose stored JSON does not decode (a hand-edited or torn database) is left out
+of the trial Optuna builds, and named in its DAMAGED_ATTRS system attr: its record says so and
+its readers skip it (`study.record`), where Optuna raised JSONDecodeError from every command that
+read the study. Any other stored value that does not decode (a study's attr) is one line."""
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 import time
@@ -23,9 +29,10 @@ from typing import Any, Callable
 
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages.journal import JournalStorage
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune import environment
+from autotune.study.record import DAMAGED_ATTRS
 from autotune.study.storage_errors import LOCKED, StorageError, causes, file_storage_error, storage_error
 from autotune.study.urls import redact, redact_text
 
@@ -174,6 +181,42 @@ class GuardedRDBStorage(_Guarded, RDBStorage):
     def _first_line(self, exc: BaseException) -> str:
         lines = str(exc).strip().splitlines()
         return redact_text(f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__, self.shown_url)
+
+    def _build_frozen_trial_from_trial_model(self, trial: Any) -> FrozenTrial:
+        """The trial as Optuna builds it; one with attributes whose JSON does not decode, built
+        without them, and those named in its DAMAGED_ATTRS system attr."""
+        try:
+            return super()._build_frozen_trial_from_trial_model(trial)
+        except (TypeError, ValueError):  # json.loads of a damaged value (built again below, without it)
+            pass
+        (user, bad_user), (system, bad_system) = _decodable(trial.user_attributes), _decodable(trial.system_attributes)
+        frozen = super()._build_frozen_trial_from_trial_model(_WithAttributes(trial, user, system))
+        frozen.system_attrs[DAMAGED_ATTRS] = bad_user + bad_system
+        return frozen
+
+
+def _decodable(attributes: Any) -> tuple[list[Any], list[str]]:
+    """The attribute rows whose stored JSON decodes, and the keys of those whose does not."""
+    kept, damaged = [], []
+    for attribute in attributes:
+        try:
+            json.loads(attribute.value_json)
+        except (TypeError, ValueError):
+            damaged.append(attribute.key)
+            continue
+        kept.append(attribute)
+    return kept, damaged
+
+
+class _WithAttributes:
+    """A trial row as Optuna reads it, with these attribute rows in place of its own (the row
+    itself is left as it is: a change to it would be written back)."""
+
+    def __init__(self, row: Any, user_attributes: list[Any], system_attributes: list[Any]) -> None:
+        self._row, self.user_attributes, self.system_attributes = row, user_attributes, system_attributes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._row, name)
 
 
 class GuardedJournalStorage(_Guarded, JournalStorage):

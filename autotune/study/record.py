@@ -17,10 +17,17 @@ over the limit less the headroom reads back as `over_memory_limit`, with the rea
 The figure a presenter shows for a trial is its `figure`: the mean of its runs once its
 re-measurement (the confirmation run, a study attr) reproduced it, else its single run; that is
 what the recipe records. `single_tokens_per_sec` is the trial's own run, shown beside it where
-they differ. Torch-free."""
+they differ.
+
+A damaged trial (a hand-edited or torn database: an attribute whose stored JSON the storage could
+not decode, a measured trial without its configuration or its tokens/s) reads as a record whose
+`damage` says what is wrong; `read_trials` leaves it out, with one warning line naming it, so no
+reader meets it (issue D, E01/E02). Torch-free."""
 
 from __future__ import annotations
 
+import logging
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -34,6 +41,8 @@ from autotune.study.references import REFERENCE_ATTR
 
 if TYPE_CHECKING:
     import optuna
+
+log = logging.getLogger(__name__)
 
 # The user attrs of a trial, by name: what the objective writes and every reader reads.
 OUTCOME, REASON, CONFIG, MEASUREMENT = "outcome", "reason", "config", "measurement"
@@ -51,6 +60,10 @@ EXPERT_START = "expert_start"  # older studies: the expert-start trial's label
 HOST, TUNER_PID, TRIAL_PID, DEVICE_UUID = "host", "tuner_pid", "trial_pid", "device_uuid"
 REASON_LIMIT = 4000  # characters of a reason kept in storage
 MEMORY = "memory"  # the name of the memory constraint
+
+# The system attr in which the storage names a trial's attributes whose JSON did not decode, left
+# out of the trial (study.guarded)
+DAMAGED_ATTRS = "autotune:damaged_attrs"
 
 # A trial's re-measurement is a study attr (a trial's own attrs cannot change once it is done).
 CONFIRMATION_PREFIX = "confirmation:"
@@ -124,6 +137,7 @@ class TrialRecord:
     confirmation: Confirmation | None = None
     host: str | None = None
     tuner_pid: int | None = None
+    damage: str | None = None  # what is wrong with a damaged trial; None: it is whole
 
     @classmethod
     def read(cls, trial: FrozenTrial, study_attrs: Mapping[str, Any] | None = None) -> "TrialRecord":
@@ -168,6 +182,7 @@ class TrialRecord:
             confirmation=Confirmation.read((study_attrs or {}).get(confirmation_key(trial.number))),
             host=a.get(HOST) if isinstance(a.get(HOST), str) else None,
             tuner_pid=_integer(a.get(TUNER_PID)),
+            damage=_damage(trial, outcome, config, _number(a.get(TOKENS_PER_SEC))),
         )
 
     # --- the one feasibility rule, and what a trial says -----------------------------------------
@@ -225,11 +240,40 @@ class TrialRecord:
         return f"#{self.number}" + (f" ({by})" if by else "")
 
 
+def _damage(trial: FrozenTrial, outcome: Outcome | None, config: Any, tokens_per_sec: float | None) -> str | None:
+    """What makes `trial` unusable, or None: attributes the storage could not decode, or a measured
+    trial missing what every reader takes from it (an unsupported draw has no configuration, a run
+    the RSS watchdog stopped over the limit has no tokens/s: neither is damage)."""
+    unreadable = trial.system_attrs.get(DAMAGED_ATTRS)
+    if unreadable:
+        return f"its attribute {', '.join(map(str, unreadable))} is not JSON (the database is damaged)"
+    if outcome in outcomes.MEASURED and config is None:
+        return f"measured ({outcome}) with no configuration (attribute {CONFIG!r} missing or not a mapping)"
+    if outcome is Outcome.OK and tokens_per_sec is None:
+        return f"measured ok with no tokens/s (attribute {TOKENS_PER_SEC!r} missing)"
+    return None
+
+
+# The damaged trials said already, per study object: a command reads its study several times.
+_said: "weakref.WeakKeyDictionary[optuna.Study, set[int]]" = weakref.WeakKeyDictionary()
+
+
+def whole(study: "optuna.Study", records: list[TrialRecord]) -> list[TrialRecord]:
+    """`records` less the damaged ones, each said once for `study` in one warning line naming
+    the trial and what is wrong with it."""
+    said = _said.setdefault(study, set())
+    for r in records:
+        if r.damage is not None and r.number not in said:
+            said.add(r.number)
+            log.warning("study %s: trial #%d skipped: %s", study.study_name, r.number, r.damage)
+    return [r for r in records if r.damage is None]
+
+
 def read_trials(study: "optuna.Study", study_attrs: Mapping[str, Any] | None = None) -> list[TrialRecord]:
-    """Every trial of `study`, as records, in trial order (`study_attrs`: the study's, when read
-    already)."""
+    """Every whole trial of `study`, as records, in trial order (`study_attrs`: the study's, when
+    read already); a damaged one is left out, with a warning (`whole`)."""
     attrs = study.user_attrs if study_attrs is None else study_attrs
-    return [TrialRecord.read(t, attrs) for t in study.get_trials(deepcopy=False)]
+    return whole(study, [TrialRecord.read(t, attrs) for t in study.get_trials(deepcopy=False)])
 
 
 class RecordCache:
@@ -263,7 +307,7 @@ class RecordCache:
             if kept is None or kept[0] != source:
                 kept = self._finished[trial.number] = (source, TrialRecord.read(trial, attrs))
             records.append(kept[1])
-        return records
+        return whole(study, records)
 
 
 def as_completed(trial: "optuna.Trial", value: float, write: Callable[[Any], None]) -> TrialRecord:

@@ -11,6 +11,7 @@ Optuna's wording. Torch-free.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import resource
 import sqlite3
@@ -62,6 +63,12 @@ def storage_error(exc: BaseException, url: str, *, waited_s: float | None = None
     for cause in causes(exc):
         if isinstance(cause, StorageError):
             return cause
+        if isinstance(cause, json.JSONDecodeError):  # a stored value edited by hand or torn
+            return StorageError(
+                f"storage {redact(url)}: a stored value is not JSON ({cause}): the study is damaged; restore it from a "
+                "backup",
+                DAMAGED,
+            )
         made = _from_driver(cause, url, waited_s)
         if made is not None:
             return made

@@ -12,6 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 import autotune.study.lifecycle
+from autotune.config import TrainConfig
 from autotune.measure import outcomes
 from autotune.search.references import enqueue_references
 from autotune.search.sampler import make_sampler
@@ -99,13 +100,14 @@ def test_a_reference_stopped_early_has_no_rate_and_is_not_a_reference_figure():
     """A reference trial the RSS watchdog stopped (over_memory_limit, no tokens/s) cannot
     anchor a speedup; the summary then has no such reference rather than a None rate."""
     study = optuna.create_study(direction="maximize")
+    config = {"config": TrainConfig().to_dict()}  # a measured trial without one is damaged (skipped)
     for reference, attrs in (
         ("baseline", {"outcome": "ok", "tokens_per_sec": 100.0}),
         ("checklist", {"outcome": "over_memory_limit"}),
     ):
         study.add_trial(
             optuna.trial.create_trial(
-                value=attrs.get("tokens_per_sec", 0.0), user_attrs={"reference": reference, **attrs}
+                value=attrs.get("tokens_per_sec", 0.0), user_attrs={"reference": reference, **config, **attrs}
             )
         )
     summary = summarize(study)
