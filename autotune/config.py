@@ -14,7 +14,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -289,6 +289,19 @@ def padded_width(longest: int, bucket: int) -> int:
     return -(-longest // bucket) * bucket
 
 
+def check_workload(prompt_lens: Sequence[int], new_tokens: int, agree_tokens: int = DEFAULT_AGREE_TOKENS) -> None:
+    """Refuse (UsageError) a generation workload out of bounds: the one rule for a search's options,
+    `verify`'s run and the recipe loader (every command that reads a recipe), so no command takes
+    a workload another one refuses. The model's context is checked where the model is known
+    (`check_workload_fits`)."""
+    if not prompt_lens or len(prompt_lens) > MAX_PROMPTS:
+        raise UsageError(f"a workload needs from 1 to {MAX_PROMPTS} prompt lengths, got {len(prompt_lens)}")
+    for n in prompt_lens:
+        check_int("prompt length", n, minimum=1, maximum=MAX_SEQ_LEN)
+    check_int("new_tokens", new_tokens, minimum=1, maximum=MAX_NEW_TOKENS)
+    check_int("agree_tokens", agree_tokens, minimum=1, maximum=MAX_NEW_TOKENS)
+
+
 def check_workload_fits(model: str, longest_prompt: int, new_tokens: int, context: int) -> None:
     """Refuse (UsageError) a generation workload longer than the model's context."""
     if longest_prompt + new_tokens > context:
@@ -326,16 +339,11 @@ class GenerateSpec:
         if self.device.split(":", 1)[0] not in DEVICE_KINDS:
             raise UsageError(f"unknown device {self.device!r}: expected cpu, cuda or cuda:N")
         lens = tuple(self.prompt_lens)
-        if not lens or len(lens) > MAX_PROMPTS:
-            raise UsageError(f"a workload needs from 1 to {MAX_PROMPTS} prompt lengths, got {len(lens)}")
-        for n in lens:
-            check_int("prompt length", n, minimum=1, maximum=MAX_SEQ_LEN)
+        check_workload(lens, self.new_tokens, self.agree_tokens)
         object.__setattr__(self, "prompt_lens", lens)
-        check_int("new_tokens", self.new_tokens, minimum=1, maximum=MAX_NEW_TOKENS)
         check_int("warmup", self.warmup, minimum=0, maximum=MAX_STEPS)
         check_int("steps", self.steps, minimum=2, maximum=MAX_STEPS)
         check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
-        check_int("agree_tokens", self.agree_tokens, minimum=1, maximum=MAX_NEW_TOKENS)
         if not is_finite_number(self.min_time_s) or not 0 <= self.min_time_s <= MAX_MIN_TIME_S:
             raise UsageError(
                 f"min_time_s must be a number of seconds from 0 to {MAX_MIN_TIME_S:g}, got {self.min_time_s!r}"

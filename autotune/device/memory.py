@@ -302,3 +302,11 @@ def oom_kill_count(vmstat: str = "/proc/vmstat") -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def oom_killed_since(kills_before: int | None) -> bool | None:
+    """Whether the kernel's OOM killer killed a process since `oom_kill_count` read `kills_before`;
+    None where either count is unknown. What `outcomes.classify_exit` needs to tell the OOM
+    killer's SIGKILL from someone's kill -9, for a trial's process and a launch's ranks alike."""
+    kills_after = oom_kill_count()
+    return None if kills_before is None or kills_after is None else kills_after > kills_before

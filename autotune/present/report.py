@@ -463,7 +463,7 @@ def _top_trials(summary: StudySummary, n: int = 10) -> list[list[str]]:
         rows.append(
             [
                 f"#{t.number}" + (" (best)" if t.number == best else ""),
-                str(t.outcome),
+                t.status,
                 flag_unstable(format_rate(t.figure), t.unstable),
                 format_bytes(t.peak_memory_bytes),
                 tag,
@@ -494,7 +494,7 @@ def report_sections(study: optuna.Study, summary: StudySummary, importance: Impo
         about.insert(4, ["CUDA / driver", f"{hw.get('cuda')} / {hw.get('driver') or '?'}"])
     sections = [Section("Study", ["", ""], about)]
     if summary.best is None:
-        sections.append(Section("Best configuration", ["", ""], [], note="no trial fits the memory limit yet"))
+        sections.append(Section("Best configuration", ["", ""], [], note=summary.no_best_reason))
     else:
         config = summary.best.config or {}
         sections.append(

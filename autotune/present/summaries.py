@@ -119,7 +119,7 @@ def figure_text(trial: TrialRecord) -> str:
 
 def trial_line(trial: TrialRecord) -> str:
     """One line per finished trial: number, outcome, tokens/s, peak memory, the knobs."""
-    outcome = str(trial.outcome) if trial.outcome else trial.state.name.lower()
+    outcome = trial.status
     # A generation study's second reference is the article's cure (stored under the checklist's name).
     cure = trial.reference == "checklist" and "kv_cache" in (trial.config or {})
     tag = f" [{'cure' if cure else trial.reference}]" if trial.reference else ""
@@ -128,7 +128,7 @@ def trial_line(trial: TrialRecord) -> str:
     dup = f" (same as #{trial.duplicate_of})" if trial.duplicate_of is not None else ""
     knobs = config_summary(trial.config) if trial.config else ""
     reason = ""
-    if trial.outcome is not outcomes.OK and trial.reason:
+    if outcome != outcomes.OK and trial.reason:  # what keeps it from the best
         reason = f"  -- {printable(trial.reason.splitlines()[0][:120])}"
     return (
         f"#{trial.number:<3} {outcome:<17} {figure_text(trial):>12} tok/s  "
@@ -270,7 +270,7 @@ def search_summary(result) -> str:
     for name, ref in (("baseline", summary.baseline), ("cure" if generation else "checklist", summary.checklist)):
         if ref is not None:
             rate = flag_unstable(format_rate(ref.figure), ref.unstable)
-            lines.append(f"{name:<10} #{ref.number}: {rate} tok/s ({ref.outcome})")
+            lines.append(f"{name:<10} #{ref.number}: {rate} tok/s ({ref.status})")
     skipped = summary.counts.get(outcomes.PREDICTED_OVER_LIMIT, 0)
     if skipped:
         lines.append(
@@ -320,6 +320,7 @@ def _trial_json(trial: TrialRecord) -> dict[str, Any]:
         "peak_memory_bytes": trial.peak_memory_bytes,
         "unstable": trial.unstable,
         "feasible": trial.feasible,
+        "broken_bounds": trial.broken_bounds,
         "memory_constraint": trial.memory_constraint,
         "duplicate_of": trial.duplicate_of,
         "predicted_peak_memory_bytes": trial.predicted_peak_memory_bytes,

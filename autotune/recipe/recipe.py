@@ -81,6 +81,7 @@ import yaml
 
 from autotune import registry
 from autotune.config import (
+    DEFAULT_AGREE_TOKENS,
     MAX_GLOBAL_BATCH_TOKENS,
     MAX_NPROC_PER_NODE,
     MAX_TOKEN_BUDGET,
@@ -89,6 +90,7 @@ from autotune.config import (
     TrainConfig,
     accumulation_steps,
     check_int,
+    check_workload,
     config_class,
     is_finite_number,
     load_json,
@@ -712,10 +714,9 @@ def _check_ranks(config: TrainConfig | GenerateConfig, world_size: int, *, where
         raise UsageError(f"{where}: world_size {world_size} and parallelism={config.parallelism} disagree: {why}")
 
 
+# The types of a workload's fields; its counts' bounds are `check_workload`'s.
 _WORKLOAD_FIELDS: dict[str, Callable[[Any], bool]] = {
-    "new_tokens": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-    "agree_tokens": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-    "prompt_lens": lambda v: isinstance(v, list) and 0 < len(v) <= 100_000 and all(_count(n) and n >= 1 for n in v),
+    "prompt_lens": lambda v: isinstance(v, list),
     "prompt_len_max": lambda v: _count(v),
     "prompt_len_min": lambda v: _count(v),
     "prompt_len_mean": _number,
@@ -723,13 +724,20 @@ _WORKLOAD_FIELDS: dict[str, Callable[[Any], bool]] = {
 
 
 def _check_workload(workload: Mapping[str, Any], *, where: str) -> None:
-    """A generation recipe's workload: its new tokens and prompt lengths, each of its type."""
+    """A generation recipe's workload: its new tokens and prompt lengths, each of its type and
+    within the bounds a search and `verify` hold it to (`check_workload`): refused here, every
+    command that reads the recipe refuses it alike (`export` wrote a loop of 1e9 new tokens)."""
     for key in ("new_tokens", "prompt_lens"):
         if key not in workload:
             raise UsageError(f"{where}.{key}: missing (a generation recipe says what it generated)")
     for key, ok in _WORKLOAD_FIELDS.items():
         if key in workload and not ok(workload[key]):
             raise UsageError(f"{where}.{key}: not a valid value, got {_shown(workload[key])}")
+    agree = workload.get("agree_tokens", DEFAULT_AGREE_TOKENS)
+    try:
+        check_workload(workload["prompt_lens"], workload["new_tokens"], agree)
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
 
 
 def _check_memory_limit(measured: Mapping[str, Any], *, where: str) -> None:

@@ -58,6 +58,7 @@ from autotune.search.run import (
 from autotune.search.settings import SearchSettings
 from autotune.study import record
 from autotune.study.lifecycle import fail_orphaned_trials, open_study, worker_seed
+from autotune.study.record import BOUND_OPTIONS, P99_TOKEN_LATENCY, TTFT
 from autotune.study.references import REFERENCE_ATTR
 from autotune.study.storage import heartbeat_grace_s, open_storage
 from autotune.trial.generate import model_facts, prompt_lengths_in_child, run_generation_trial
@@ -69,7 +70,7 @@ GENERATE = "generate"
 DEFAULT_PROMPT_LEN = 32
 DEFAULT_NEW_TOKENS = 32
 LATENCY = "latency"
-RECOMPILES, P99_TOKEN_LATENCY, TTFT = "recompiles", "p99_token_latency", "ttft"
+RECOMPILES = "recompiles"
 # TPE's random start: a sixth or so of a CPU space (a few hundred configurations), then its model.
 STARTUP_TRIALS = 8
 
@@ -299,9 +300,9 @@ def check_generation_rules(
         "max_p99_token_latency_s": (
             (attrs.get("bounds") or {}).get(P99_TOKEN_LATENCY),
             settings.max_p99_token_latency_s is not None,
-            "--max-p99-token-latency",
+            BOUND_OPTIONS[P99_TOKEN_LATENCY],
         ),
-        "max_ttft_s": ((attrs.get("bounds") or {}).get(TTFT), settings.max_ttft_s is not None, "--max-ttft"),
+        "max_ttft_s": ((attrs.get("bounds") or {}).get(TTFT), settings.max_ttft_s is not None, BOUND_OPTIONS[TTFT]),
     }
     run = attrs.get("run") or {}
     differences = [

@@ -12,7 +12,10 @@ and decides feasibility by one rule (`TrialRecord.feasible`):
 The outcome of a measured run is decided against the limit less the study's headroom (what a
 feasible worst-case peak may be), so `ok` and feasible say the same thing. A study recorded
 before that rule judged `ok` against the raw limit; such a trial whose constraint says it is
-over the limit less the headroom reads back as `over_memory_limit`, with the reason.
+over the limit less the headroom reads back as `over_memory_limit`, with the reason. A figure
+that is not finite (an objective of +inf, a tokens/s of NaN: no run measures one, so the study was
+edited or damaged) makes its trial no measurement: it reads with no outcome, figures or value,
+and a reason saying which figure (issue D, E03/E05).
 
 The figure a presenter shows for a trial is its `figure`: the mean of its runs once its
 re-measurement (the confirmation run, a study attr) reproduced it, else its single run; that is
@@ -27,6 +30,7 @@ reader meets it (issue D, E01/E02). Torch-free."""
 from __future__ import annotations
 
 import logging
+import math
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -60,6 +64,11 @@ EXPERT_START = "expert_start"  # older studies: the expert-start trial's label
 HOST, TUNER_PID, TRIAL_PID, DEVICE_UUID = "host", "tuner_pid", "trial_pid", "device_uuid"
 REASON_LIMIT = 4000  # characters of a reason kept in storage
 MEMORY = "memory"  # the name of the memory constraint
+# A generation study's bounds besides memory, by constraint name (`search.generate` records them),
+# with the option that sets each: a run over one ended ok, but it is never the best.
+P99_TOKEN_LATENCY, TTFT = "p99_token_latency", "ttft"
+BOUND_OPTIONS = {P99_TOKEN_LATENCY: "--max-p99-token-latency", TTFT: "--max-ttft"}
+OVER_BOUND = "over_bound"  # how a trial that ran ok over such a bound shows (its line, the counts)
 
 # The system attr in which the storage names a trial's attributes whose JSON did not decode, left
 # out of the trial (study.guarded)
@@ -152,6 +161,21 @@ class TrialRecord:
             known = {CONFIG: config or {}, OUTCOME: a.get(OUTCOME) or "unknown"}
             measurement = Measurement.from_dict({**known, **stored})
         outcome, reason = Outcome.read(a.get(OUTCOME)), a.get(REASON)
+        value = trial.value if trial.state is TrialState.COMPLETE else None
+        tokens_per_sec = a.get(TOKENS_PER_SEC)
+        not_finite = _not_finite(
+            {
+                "objective value": value,
+                TOKENS_PER_SEC: tokens_per_sec,
+                "measurement tokens_per_sec": measurement.tokens_per_sec if measurement else None,
+            }
+        )
+        if not_finite:
+            # No run measures an infinite or NaN rate: a study edited by hand, or damaged. Such a
+            # trial is no measurement: nothing shows, learns from or ranks by its figures (an
+            # objective of +inf made the slowest trial the recipe).
+            outcome, measurement, value, tokens_per_sec = None, None, None, None
+            reason = f"not a measurement: its recorded figures are not finite ({not_finite})"
         constraint = (trial.constraints or {}).get(MEMORY) if trial.constraints else None
         if constraint is None and trial.constraints:
             constraint = max(trial.constraints.values())
@@ -159,6 +183,8 @@ class TrialRecord:
             # Judged against the raw limit by an older autotune; over the limit less the headroom.
             outcome = Outcome.OVER_MEMORY_LIMIT
             reason = reason or "peak memory above the study's limit less its headroom (judged ok by an older autotune)"
+        if outcome is Outcome.OK and not reason:
+            reason = _over_bounds(trial.constraints or {})
         proposed = a.get(PROPOSED_BY) or (a.get(EXPERT_START) and "expert_start") or None
         return cls(
             number=trial.number,
@@ -167,10 +193,10 @@ class TrialRecord:
             reason=reason if isinstance(reason, str) else None,
             config=config,
             measurement=measurement,
-            value=trial.value if trial.state is TrialState.COMPLETE else None,
+            value=value,
             memory_constraint=constraint,
             constraints=dict(trial.constraints or {}),
-            tokens_per_sec=_number(a.get(TOKENS_PER_SEC)),
+            tokens_per_sec=_number(tokens_per_sec),
             peak_memory_bytes=_integer(a.get(PEAK)),
             reference=a.get(REFERENCE_ATTR) if isinstance(a.get(REFERENCE_ATTR), str) else None,
             proposed_by=proposed if isinstance(proposed, str) else None,
@@ -196,6 +222,20 @@ class TrialRecord:
             and (self.memory_constraint is None or self.memory_constraint <= 0)
             and all(value <= 0 for value in self.constraints.values())
         )
+
+    @property
+    def broken_bounds(self) -> list[str]:
+        """The options of the bounds this trial's figures break (a generation study's latency
+        bounds): what keeps a trial that ran ok from being feasible."""
+        return [option for name, option in BOUND_OPTIONS.items() if self.constraints.get(name, 0.0) > 0]
+
+    @property
+    def status(self) -> str:
+        """How the trial shows: its outcome, `over_bound` when it ran ok but over a bound (an `ok`
+        there would read as a candidate), its state when it has no outcome (running)."""
+        if self.outcome is Outcome.OK and self.broken_bounds:
+            return OVER_BOUND
+        return str(self.outcome) if self.outcome else self.state.name.lower()
 
     @property
     def measured(self) -> bool:
@@ -365,8 +405,29 @@ def write_stopped(trial: "optuna.Trial", outcome: Outcome, reason: str) -> None:
     trial.set_user_attr(REASON, reason[:REASON_LIMIT])
 
 
+def _over_bounds(constraints: Mapping[str, float]) -> str | None:
+    """Why a run that ended ok breaks its study's bounds ("above --max-ttft by 35%"), or None."""
+    over = [
+        f"above {option} by {constraints[name]:.0%}"
+        for name, option in BOUND_OPTIONS.items()
+        if constraints.get(name, 0.0) > 0
+    ]
+    return "; ".join(over) or None
+
+
+def _not_finite(figures: Mapping[str, Any]) -> str | None:
+    """The figures among `figures` that are numbers but not finite ("tokens_per_sec nan"), or None."""
+    bad = [f"{name} {value}" for name, value in figures.items() if _is_number(value) and not math.isfinite(value)]
+    return ", ".join(bad) or None
+
+
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite number as a float; None for anything else (a NaN or infinite figure is no figure)."""
+    return float(value) if _is_number(value) and math.isfinite(value) else None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _integer(value: Any) -> int | None:

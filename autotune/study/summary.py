@@ -12,7 +12,7 @@ import optuna
 
 from autotune.measure import outcomes
 from autotune.study import leaders as leaders_
-from autotune.study.record import TrialRecord, read_trials
+from autotune.study.record import OVER_BOUND, TrialRecord, read_trials
 from autotune.study.references import BASELINE, CHECKLIST, INFEASIBLE, UNSTABLE
 
 
@@ -69,11 +69,17 @@ class StudySummary:
 
     @property
     def no_best_reason(self) -> str:
-        """Why there is no best: the study has no trials; every trial that got as far as memory
-        broke the limit; every run that finished did not train (diverged); or no trial got that
-        far (all crashed, timed out or unsupported: the limit is not the cause)."""
+        """Why there is no best: the study has no trials; every trial that ran ok broke a latency
+        bound (a generation study's: the bound is the cause, not memory); every trial that got as
+        far as memory broke the limit; every run that finished did not train (diverged); or no
+        trial got that far (all crashed, timed out or unsupported: the limit is not the cause)."""
         if not self.trials:
             return "the study has no trials yet"
+        over = [t for t in self.trials if t.status == OVER_BOUND]
+        if over:  # ran ok, within the memory limit, but over a generation study's latency bound
+            bounds = sorted({option for t in over for option in t.broken_bounds})
+            them = "it" if len(bounds) == 1 else "them"
+            return f"no trial meets {' and '.join(bounds)}: the {len(over)} trial(s) that ran ok are over {them}"
         measured = sum(self.counts.get(o, 0) for o in (*outcomes.MEASURED, *outcomes.INFEASIBLE))
         if measured:
             return "no trial fits the memory limit"
@@ -96,8 +102,7 @@ def summarize_records(name: str, records: list[TrialRecord], attrs: Mapping[str,
     best = next(r for r in feasible if r.number == chosen.number) if chosen else None
     counts: dict[str, int] = {}
     for r in records:
-        outcome = str(r.outcome) if r.outcome else r.state.name.lower()  # running, waiting
-        counts[outcome] = counts.get(outcome, 0) + 1
+        counts[r.status] = counts.get(r.status, 0) + 1  # outcomes; over_bound; running, waiting
 
     def reference(which: str) -> TrialRecord | None:
         # measured: ok, or over the limit with a rate (not one the RSS watchdog stopped early)

@@ -66,6 +66,7 @@ def launch(request: Mapping[str, Any], request_path: str, result_path: str) -> M
     from torch.distributed.launcher.api import elastic_launch
 
     from autotune.config import RunSpec, TrainConfig
+    from autotune.device.memory import oom_kill_count, oom_killed_since
 
     spec, cfg = RunSpec.from_dict(request["spec"]), TrainConfig.from_dict(request["config"])
     n = spec.nproc_per_node
@@ -74,6 +75,7 @@ def launch(request: Mapping[str, Any], request_path: str, result_path: str) -> M
     set_rank_environment(n)
     config = launch_config(n, folder)
     launched = time.time()
+    kills_before = oom_kill_count()  # a rank's SIGKILL is the OOM killer's only if it counted one meanwhile
     failure = None
     try:
         elastic_launch(config, sys.executable)(
@@ -83,7 +85,7 @@ def launch(request: Mapping[str, Any], request_path: str, result_path: str) -> M
         failure = exc
     returned = time.time()
     results = read_rank_results(folder, n)
-    cause = failed_rank(results, _launcher_failures(failure, folder), n)
+    cause = failed_rank(results, _launcher_failures(failure, folder), n, oom_killed=oom_killed_since(kills_before))
     if cause is not None:
         return Measurement.failed(cfg.to_dict(), cause[0], cause[1], world_size=n)
     result = aggregate([results[k] for k in range(n)])
@@ -208,7 +210,11 @@ def _launcher_failures(failure: Any, folder: Path) -> dict[int, dict[str, Any]]:
 
 
 def failed_rank(
-    results: Mapping[int, Mapping[str, Any]], launcher: Mapping[int, Mapping[str, Any]], n: int
+    results: Mapping[int, Mapping[str, Any]],
+    launcher: Mapping[int, Mapping[str, Any]],
+    n: int,
+    *,
+    oom_killed: bool | None = None,
 ) -> tuple[str, str] | None:
     """(outcome, reason) of the trial when any rank failed, else None. The cause is the rank that
     failed first of its own accord, before the consequences of its failure: a rank's own error
@@ -216,7 +222,8 @@ def failed_rank(
     (the launcher's exit code or signal and its stderr), before a rank whose error is a connection
     the failing one broke, before a rank the launcher stopped with SIGTERM (the agent stops the
     others that way once one fails). A rank missing with no word from the launcher either is
-    reported as such."""
+    reported as such. `oom_killed`: whether the kernel's OOM killer killed a process during the
+    launch (None: unknown), which tells its SIGKILL from a kill -9 as for a trial of one process."""
     candidates = []  # (how secondary, time, rank, outcome, reason)
     for k, payload in results.items():
         m = Measurement.from_dict(payload["measurement"])
@@ -226,7 +233,8 @@ def failed_rank(
     for k, f in launcher.items():
         if k in results:
             continue
-        outcome, reason = outcomes.classify_exit(f["exitcode"], f["stderr_tail"] or f["message"] or "")
+        tail = f["stderr_tail"] or f["message"] or ""
+        outcome, reason = outcomes.classify_exit(f["exitcode"], tail, oom_killed=oom_killed)
         stopped = f["exitcode"] == -signal.SIGTERM
         secondary = 3 if stopped else 2 if _communication(reason) else 1
         candidates.append((secondary, f["timestamp"] or 0.0, k, outcome, reason))

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 from autotune.config import RunSpec, TrainConfig, check_runnable_here
 from autotune.device import DeviceInfo, ProcessTreeMemory, descendants
 from autotune.device.disk import FULL_DISK_ERRNOS, disk_full, disk_full_in
-from autotune.device.memory import oom_kill_count, read_stat
+from autotune.device.memory import oom_kill_count, oom_killed_since, read_stat
 from autotune.errors import DiskFull, UnsupportedConfig
 from autotune.knobs.allocator import allocator_env
 from autotune.measure import outcomes
@@ -193,8 +193,7 @@ def run_child(
                 reaped = _reap(proc, seen, token)
         wall = time.time() - spawned
         payload = json.loads(result.read_text()) if verdict is None and result.exists() else None
-        kills_after = oom_kill_count()
-        oom_killed = None if kills_before is None or kills_after is None else kills_after > kills_before
+        oom_killed = oom_killed_since(kills_before)
         tail = stderr_tail(stderr_path)
         if verdict is None and payload is None:
             _raise_if_no_room(proc.returncode, tail, tmp)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from autotune.knobs.hf_generation import HfGenerator
 from autotune.model.decode import full_recompute_greedy, left_pad
 from autotune.model.load import build_model
 from autotune.recipe import Recipe
+from tests.helpers import invoke
 
 NEW = 6
 PROMPTS = [[5, 6, 7, 8, 9], [1, 2, 3], [10, 11, 12, 13, 14, 15, 16, 17, 18]]
@@ -55,6 +57,31 @@ def test_a_generation_recipe_round_trips_and_a_training_one_reads_as_before(tmp_
         Recipe.from_dict(broken)
     with pytest.raises(UsageError, match="unknown knob 'amp_dtype'"):
         Recipe.from_dict({**json.loads(path.read_text()), "config": TrainConfig().to_dict()})
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("new_tokens", 10**9, "new_tokens must be an integer <= 65536, got 1000000000"),
+        ("prompt_lens", [9, 1 << 21], "prompt length must be an integer <= 1048576, got 2097152"),
+    ],
+)
+def test_a_workload_out_of_bounds_is_refused_by_export_as_by_verify(tmp_path, monkeypatch, key, value, message):
+    """Issue D, R04: a generation recipe of 1e9 new tokens exported `NEW_TOKENS = 1000000000` while
+    `verify` refused the file. One loader holds a workload to the bounds a search and `verify` hold
+    it to, so every command refuses the same file with the same line, and writes nothing."""
+    recipe = generation_recipe().to_dict()
+    recipe["workload"][key] = value
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(recipe))
+    monkeypatch.chdir(tmp_path)
+    refusals = []
+    for args in (["export", str(path), "--format", "decode-loop"], ["verify", str(path), "--device", "cpu"]):
+        result = invoke(*args)
+        assert result.exit_code == 2, result.output
+        refusals += result.output.strip().splitlines()
+    assert len(refusals) == 2 and refusals[0] == refusals[1] and message in refusals[0], refusals
+    assert refusals[0].startswith(f"Error: recipe {path}: workload: ") and os.listdir(tmp_path) == ["g.json"]
 
 
 def test_apply_to_generation_on_autotunes_gpt_gives_the_reference_tokens():

@@ -122,6 +122,31 @@ def test_resuming_with_another_latency_bound_is_refused_and_without_one_keeps_th
     assert resumed.context.max_ttft_s == 0.5
 
 
+def test_when_no_trial_meets_a_latency_bound_the_verdict_and_each_trial_say_so(tmp_path, modelled):
+    """Issue D, G12: with no trial within --max-ttft every trial showed `ok` and the verdict was "no
+    trial fits the memory limit" (at a peak of a tenth of it). The verdict (the search's, `show`'s,
+    the report's) names the bound nothing met, and each trial over it says so where its outcome is
+    shown (its line, the counts)."""
+    from autotune.present.importance import knob_importance
+    from autotune.present.report import report_sections
+    from autotune.present.summaries import search_summary, trial_line
+
+    result = run_generate_search(settings(tmp_path, n_trials=3, max_ttft_s=0.001, confirm=False))
+    summary = result.summary  # every trial's p99 TTFT is 2 ms: twice the bound
+    assert summary.best is None and result.recipe_path is None
+    verdict = summary.no_best_reason
+    assert "--max-ttft" in verdict and "memory" not in verdict, verdict
+    assert verdict in search_summary(result)
+    best = next(s for s in report_sections(result.study, summary, knob_importance(result.study)) if "Best" in s.title)
+    assert best.note == verdict
+    over = [t for t in summary.trials if t.outcome is outcomes.OK]
+    assert over and summary.counts.get("ok") is None, summary.counts
+    for t in over:
+        assert t.broken_bounds == ["--max-ttft"] and not t.feasible
+        line = trial_line(t)
+        assert " ok " not in line and "above --max-ttft by 100%" in line, line
+
+
 def run_cli(*args: str):
     return CliRunner().invoke(main, list(args))
 

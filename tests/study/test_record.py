@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -16,6 +18,7 @@ from autotune.present.summaries import show_json, show_text, trial_line
 from autotune.recipe.from_study import recipe_from_trial
 from autotune.study.record import Confirmation, TrialRecord, confirmation_key
 from autotune.study.summary import summarize
+from tests.helpers import invoke
 
 LIMIT = 1000 * 2**20
 HEADROOM = 0.05
@@ -101,6 +104,44 @@ def test_every_presenter_shows_the_confirmed_mean_and_points_at_the_recipes_tria
     assert f"Best configuration (trial #{best.number})" in sections
     top = sections["Top trials"].rows[0]
     assert top[0] == f"#{best.number} (best)" and top[2].startswith("1,190")
+
+
+def test_a_hand_edited_figure_that_is_not_finite_is_no_measurement_and_never_the_best(tmp_path, monkeypatch):
+    """Issue D, E03/E05: a study edited by hand (an objective of +inf on the slowest trial, a tokens/s
+    of NaN) made the slowest trial the recipe and printed "best nan tok/s". A figure that is not
+    finite is refused where a trial is read: that trial is not measured, says why, and the best
+    (`show`, the recipe `export --study` writes) is the fastest trial whose figures are numbers."""
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    for key, value in a_study().user_attrs.items():
+        study.set_user_attr(key, value)
+
+    def hand_made(value: float, tps: float) -> None:
+        cfg = TrainConfig().to_dict()
+        measurement = {"config": cfg, "outcome": "ok", "tokens_per_sec": tps, "peak_memory_bytes": LIMIT // 4}
+        attrs = {"outcome": "ok", "config": cfg, "tokens_per_sec": tps, "peak_memory_bytes": LIMIT // 4}
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=value, user_attrs={**attrs, "measurement": measurement}, constraints={"memory": -0.5}
+            )
+        )
+
+    hand_made(2000.0, 2000.0)  # #0: the fastest
+    hand_made(float("inf"), 100.0)  # #1: the slowest, its objective edited to +inf
+    hand_made(3000.0, float("nan"))  # #2: its tokens/s edited to NaN
+    summary = summarize(study)
+    assert summary.best.number == 0, summary.best
+    for number, what in ((1, "objective value inf"), (2, "tokens_per_sec nan")):
+        record = summary.trial(number)
+        assert not record.measured and not record.feasible and record.value is None and record.figure is None
+        assert what in record.reason and "not finite" in record.reason
+    shown = invoke("show", "--study", "s", "--storage", url).output
+    assert "best: trial #0" in shown and "nan" not in shown.replace("tokens_per_sec nan", ""), shown
+    assert "inf tok/s" not in shown and "objective value inf" in shown
+    assert invoke("export", "--study", "s", "--storage", url, "-o", "r.json").exit_code == 0
+    recipe = json.loads((tmp_path / "r.json").read_text())
+    assert recipe["study"]["trial"] == 0 and recipe["measured"]["tokens_per_sec"] == 2000.0
 
 
 def test_outcomes_are_an_enum_that_reads_and_writes_as_their_names():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -92,6 +93,42 @@ def test_the_failing_rank_is_the_cause_not_the_connections_it_broke():
         outcomes.CRASHED,
         "rank 1 of 2 ended without writing its figures",
     )
+
+
+@pytest.mark.parametrize("oom_kills, expected", [((5, 5), outcomes.KILLED), ((5, 6), outcomes.OOM)])
+def test_a_rank_killed_from_outside_is_killed_not_out_of_memory(tmp_path, monkeypatch, oom_kills, expected):
+    """Issue D, M02: a rank SIGKILLed by another process was recorded `oom` ("most likely the
+    kernel's OOM killer") and taught the memory model a false "at least the limit", where a trial of
+    one process says `killed`. A launch decides as the runner does: the launcher's record of the
+    rank (exit code -9) and the kernel's OOM-kill count around the launch, read by the one rule
+    (`outcomes.classify_exit`); with an OOM kill counted meanwhile it is `oom`."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+    from torch.distributed.launcher import api
+
+    from autotune.device import memory
+    from autotune.trial.ranks import launch
+
+    counts = iter(oom_kills)
+    monkeypatch.setattr(memory, "oom_kill_count", lambda *args: next(counts))
+    nowhere = str(tmp_path / "no-error-file.json")
+
+    def one_rank_killed(config, entrypoint):  # the agent's record: rank 1 killed, rank 0 stopped after it
+        def run(*args):
+            stopped, killed = ProcessFailure(0, 4320, -signal.SIGTERM, nowhere), ProcessFailure(1, 4321, -9, nowhere)
+            killed.timestamp, stopped.timestamp = 1, 2
+            raise ChildFailedError("autotune.trial", {0: stopped, 1: killed})
+
+        return run
+
+    monkeypatch.setattr(api, "elastic_launch", one_rank_killed)
+    for name in ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME"):  # what the launch sets, put back after
+        monkeypatch.setenv(name, os.environ.get(name, "1"))
+    request = {"spec": spec().to_dict(), "config": DDP.to_dict()}
+    m = launch(request, str(tmp_path / "request.json"), str(tmp_path / "result.json"))
+    assert m.outcome == expected, m.reason
+    assert m.reason.startswith("rank 1 of 2: killed by SIGKILL")
+    assert ("from outside" in m.reason) == (expected == outcomes.KILLED)
+    assert next(counts, None) is None  # counted before the launch and after it
 
 
 def test_too_many_workers_per_rank_are_refused_before_anything_starts():
