@@ -4,8 +4,9 @@
 exposing `vocab_size` and `context_length` and returning the loss from forward(input_ids, labels).
 `make_odd_path`: the same blocks at `backbone.stack`, a path autotune cannot guess.
 `make_llama_reporting_its_process`: make_llama, after starting a process as a DataLoader starts
-its workers and writing to $AUTOTUNE_TEST_REPORT where that process came from, and the signals
-this process blocks and the handlers of SIGINT and SIGTERM (a fresh interpreter's)."""
+its workers and writing to $AUTOTUNE_TEST_REPORT where that process came from (and where this
+one did), and the signals this process blocks and the handlers of SIGINT and SIGTERM (a fresh
+interpreter's)."""
 
 from __future__ import annotations
 
@@ -118,6 +119,7 @@ def make_llama_reporting_its_process() -> LlamaLike:
     report = {
         "start_method": context.get_start_method(),
         "factory_pid": os.getpid(),
+        "factory_parent": os.getppid(),  # the fork server's pid when forked from it, else the tuner's
         "child_parent": child_parent,
         "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         "sigint": repr(signal.getsignal(signal.SIGINT)),

@@ -92,9 +92,15 @@ def test_collate_pads_labels_exactly_where_inputs_are_padding():
 
 
 def test_loader_batches_are_the_dataset_items(synthetic):
+    """An epoch of the loader is the sampler's batches, every one (a zip over the first few
+    passed with an empty or cut-short loader): row r of each holds its item r, no row more."""
     sampler_batches = TokenBudgetBatchSampler(synthetic.lengths, BUDGET, SEQ, seed=0).batches(0)
-    for batch, (input_ids, labels) in zip(sampler_batches[:5], data_loader(synthetic, batching="padded")):
+    loaded = list(data_loader(synthetic, batching="padded"))
+    assert len(loaded) == len(sampler_batches) > 5
+    for batch, (input_ids, labels) in zip(sampler_batches, loaded):
+        assert input_ids.shape[0] == labels.shape[0] == len(batch)
         check_alignment(input_ids, labels, [synthetic[i] for i in batch])
+    assert sorted(i for batch in sampler_batches for i in batch) == list(range(len(synthetic)))  # each item once
 
 
 def test_budget_smaller_than_context_is_rejected(synthetic):

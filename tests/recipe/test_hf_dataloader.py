@@ -142,8 +142,19 @@ def test_batches_named_for_a_nanogpt_style_forward():
 
 
 def test_labels_without_a_model_and_a_conflict_with_one():
-    batch = next(iter(recipe().dataloader(documents([20, 30]), labels="unshifted")))
-    assert torch.equal(batch["labels"][batch["labels"] != IGNORE_INDEX], batch["input_ids"][batch["labels"] != -100])
+    docs = documents([20, 30])
+    batch = next(iter(recipe().dataloader(docs, labels="unshifted")))
+    # Unshifted (what an HF model expects without one): each row's labels are its document,
+    # every token of it, then padding ignored; the inputs are the same document (padded with 0).
+    labels, inputs = batch["labels"], batch["input_ids"]
+    rows = [row[row != IGNORE_INDEX].tolist() for row in labels]
+    assert sorted(rows, key=len) == sorted(docs, key=len)
+    assert torch.equal(inputs[labels != IGNORE_INDEX], labels[labels != IGNORE_INDEX])
+    assert bool((inputs[labels == IGNORE_INDEX] == 0).all())
+    aligned = next(iter(recipe().dataloader(docs, labels="aligned")))  # label t = x[t + 1]
+    assert sorted((row[row != IGNORE_INDEX].tolist() for row in aligned["labels"]), key=len) == sorted(
+        (d[1:] for d in docs), key=len
+    )
     with pytest.raises(UsageError, match="labels must be one of aligned, unshifted, got 'shifted'"):
         recipe().dataloader(documents([20]), labels="shifted")
     with pytest.raises(UsageError, match=r"labels='aligned', but GPT2LMHeadModel expects unshifted labels"):

@@ -172,9 +172,14 @@ def test_autocast_bfloat16_on_cpu():
     x = torch.randn(2, 8)
     with cpu_recipe(amp_dtype="bfloat16").autocast("cpu"):
         assert layer(x).dtype == torch.bfloat16
-    with cpu_recipe(amp_dtype="bfloat16").autocast():  # defaults to this machine's device
-        out = layer(x.to("cuda") if torch.cuda.is_available() else x)
-        assert out.dtype == torch.bfloat16
+    # Without a device type it autocasts on this machine's device: the layer and its input
+    # live there (on a CUDA machine a CPU layer given a CUDA input would fail on the device
+    # mismatch, not on what this checks), and only that device's autocast makes bfloat16.
+    here = "cuda" if torch.cuda.is_available() else "cpu"
+    layer_here, x_here = nn.Linear(8, 8).to(here), x.to(here)
+    with cpu_recipe(amp_dtype="bfloat16").autocast():
+        out = layer_here(x_here)
+        assert out.device.type == here and out.dtype == torch.bfloat16
     with cpu_recipe(amp_dtype="float32").autocast("cpu"):
         assert layer(x).dtype == torch.float32
 

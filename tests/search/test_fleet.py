@@ -14,11 +14,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from optuna.trial import TrialState
+from optuna.trial import TrialState, create_trial
 
 import autotune.device
 import autotune.search.fleet
 import autotune.search.run
+from autotune.config import TrainConfig
 from autotune.search.fleet import (
     STORAGE_ENV,
     WorkerDevice,
@@ -165,7 +166,9 @@ def test_worker_command_is_accepted_by_the_search_command(tmp_path):
 
 def test_devices_parent_sets_up_the_study_once_warns_on_sqlite_and_sums_up(tmp_path, monkeypatch, caplog):
     """The --devices parent end to end, with four fake GPUs: NVML answers with fake UUIDs, the
-    context is the CPU's, and the workers are not started (supervise is replaced)."""
+    context is the CPU's, and the workers are not started (supervise is replaced): the study is
+    set up before they would start, and the result sums up what they did (a trial recorded, one
+    worker failed, one stopped by Ctrl-C) from the shared study and their exit codes."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(autotune.device, "visible_gpu_uuids", lambda: FAKE_UUIDS)
     real_prepare = autotune.search.run.prepare
@@ -176,7 +179,13 @@ def test_devices_parent_sets_up_the_study_once_warns_on_sqlite_and_sums_up(tmp_p
 
     def fake_supervise(plans):
         seen["plans"] = plans
-        return [0, 0, 0, 0], False
+        shared = load("sqlite:///studies/fleet.db", "fleet")
+        seen["waiting_at_start"] = len(shared.get_trials(states=(TrialState.WAITING,)))
+        config = TrainConfig(token_budget=1024).to_dict()
+        attrs = {"config": config, "outcome": "ok", "tokens_per_sec": 5000.0, "peak_memory_bytes": 2**20}
+        attrs["measurement"] = {"config": config, "outcome": "ok", "tokens_per_sec": 5000.0, "peak_memory_bytes": 2**20}
+        shared.add_trial(create_trial(value=5000.0, params={}, distributions={}, user_attrs=attrs))  # a worker's
+        return [0, 1, 0, 130], False
 
     monkeypatch.setattr(autotune.search.fleet, "supervise", fake_supervise)
     settings = autotune.search.run.SearchSettings(
@@ -187,12 +196,21 @@ def test_devices_parent_sets_up_the_study_once_warns_on_sqlite_and_sums_up(tmp_p
     assert "4 workers on sqlite:///studies/fleet.db" in caplog.text and "journal:PATH" in caplog.text
     assert [p.env["CUDA_VISIBLE_DEVICES"] for p in seen["plans"]] == FAKE_UUIDS
     assert [p.n_trials for p in seen["plans"]] == [2, 2, 2, 2]
+    assert seen["waiting_at_start"] == 2  # set up before any worker starts
     study = load("sqlite:///studies/fleet.db", "fleet")
     waiting = study.get_trials(states=(TrialState.WAITING,))
     # the two references, enqueued once, by the parent
     assert len(waiting) == 2 and study.user_attrs["identity"]
     assert [t.user_attrs.get("reference") for t in waiting] == ["baseline", "checklist"]
-    assert result.new_study and result.worker_failures == [] and result.summary.best is None
+    assert result.new_study
+    # Summed up: a worker's failure (status 1; 130 is a Ctrl-C, not a failure), and the shared
+    # study as the workers left it, not as the parent set it up.
+    assert result.worker_failures == [f"worker gpu1 ({FAKE_UUIDS[1]}) exited with status 1"]
+    assert [r.status for r in result.summary.trials] == ["waiting", "waiting", "ok"]
+    assert result.summary.best is not None and result.summary.best.number == 2  # the workers' trial
+    assert result.stopped.text == "1 trial run"  # by the workers, counted after the references
+    recipe = json.loads(Path(result.recipe_path).read_text())
+    assert recipe["config"]["token_budget"] == 1024
 
 
 SUPERVISED_CHILD = textwrap.dedent("""

@@ -139,7 +139,9 @@ HEARTBEAT_WORKER = textwrap.dedent("""
     study = optuna.load_study(study_name=sys.argv[2], storage=storage)
     def objective(trial):
         trial.suggest_int("x", 0, 9)
+        trial.suggest_categorical("worker", ["A"])  # B never suggests it: a retry's params are A's
         trial.set_user_attr("host", "another-host")  # not this host: only its heartbeat can tell
+        trial.set_user_attr("reference", "baseline")  # describes the configuration: the retry keeps it
         print("running", trial.number, flush=True)
         time.sleep(600)
     study.optimize(objective, n_trials=1)
@@ -178,8 +180,14 @@ def test_heartbeat_fails_and_retries_a_killed_workers_trial(postgres, tmp_path, 
             break
     assert failed_at is not None, "the killed worker's trial was never failed"
     retry = [t for t in study.get_trials() if t.system_attrs.get("failed_trial") == 0]
-    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE and retry[0].params == trials[0].params
-    assert "host" not in retry[0].user_attrs
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
+    # A's parameters (its "worker" included, which B's objective never suggests), run by B's
+    # objective (its value is x), keeping the attrs that describe the configuration, not the
+    # dead attempt's (RetryStaleTrial).
+    assert retry[0].params == trials[0].params and retry[0].params["worker"] == "A"
+    assert retry[0].value == float(trials[0].params["x"])
+    assert trials[0].user_attrs == {"host": "another-host", "reference": "baseline"}
+    assert retry[0].user_attrs == {"reference": "baseline"}
     print(
         f"\nheartbeat 1 s, grace 4 s: killed worker's trial failed and retried {failed_at - killed_at:.1f} s "
         f"after the kill (defaults: heartbeat 30 s, grace {4 * 30} s)"

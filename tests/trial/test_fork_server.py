@@ -52,12 +52,22 @@ def test_a_forked_trial_starts_processes_as_a_fresh_interpreter_would(monkeypatc
     # ~500 MiB of RSS a configuration with workers does not cost in `python train.py`).
     monkeypatch.delenv("AUTOTUNE_TRIAL_START", raising=False)
     monkeypatch.setenv("AUTOTUNE_TEST_REPORT", str(tmp_path / "report.json"))
+    assert fork_server.fork_enabled()
     probe("tests.fixture_models:make_llama_reporting_its_process", timeout_s=120)
     report = json.loads((tmp_path / "report.json").read_text())
+    # The probe was forked from the server (a fresh interpreter started by the tuner would pass
+    # every check below without testing anything).
+    assert report["factory_parent"] != os.getpid(), report
     fresh = "import multiprocessing; print(multiprocessing.get_start_method())"
     fresh_method = subprocess.run([sys.executable, "-c", fresh], capture_output=True, text=True, check=True).stdout
-    assert report["start_method"] == fresh_method.strip(), report
-    if report["start_method"] == "fork":
+    fresh_method = fresh_method.strip()
+    assert report["start_method"] == fresh_method, report
+    # A DataLoader worker's parent, as in a fresh interpreter: the trial itself with fork (Linux
+    # before Python 3.14) and spawn, never a second fork server started inside the trial; with
+    # forkserver (the fresh default from 3.14), that server.
+    if fresh_method == "forkserver":
+        assert report["child_parent"] != report["factory_pid"], report
+    else:
         assert report["child_parent"] == report["factory_pid"], report
     # Signals as a fresh interpreter has them: the server blocks SIGINT (a terminal's Ctrl-C is
     # its tuner's alone) and handles SIGTERM (its tuner's death); a trial does neither.
