@@ -106,12 +106,10 @@ def _resolve(device: str) -> str:
 )
 def export(recipe_file, study, storage, output, fmt) -> None:
     """Export a recipe (a file, or the best of a stored study) as JSON, YAML, Hugging Face or Lightning settings."""
-    from autotune.recipe import Recipe
-
     if (recipe_file is None) == (study is None and storage is None):
         raise UsageError("give either a RECIPE file or --study (with --storage when not the default)")
     if recipe_file:
-        recipe = Recipe.load(recipe_file)
+        recipe = load_recipe(recipe_file, None)  # where it was measured, in one escaped line as verify says it
     else:
         from autotune.recipe.from_study import best_recipe
         from autotune.study.storage import load_study

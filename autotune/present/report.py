@@ -28,7 +28,7 @@ import optuna
 
 from autotune.config import normalize_config_dict
 from autotune.device.disk import check_output_folder, write_bytes_atomic, write_text_atomic
-from autotune.errors import AutotuneError, UsageError
+from autotune.errors import AutotuneError, UsageError, printable
 from autotune.measure import outcomes
 from autotune.present.generation import format_ms, front, is_generation
 from autotune.present.importance import Importance, knob_importance
@@ -127,8 +127,11 @@ def _rate_axis(axis) -> None:
 
 
 def _title(study: optuna.Study, what: str) -> str:
+    """A figure's title. The study's fields are escaped: matplotlib warns on the terminal of a
+    glyph its font lacks (an ESC) with the character itself, and a newline would forge a line."""
     hw = (study.user_attrs.get("hardware") or {}).get("name", "?")
-    return f"{what}\nstudy {study.study_name}: {study.user_attrs.get('model', '?')} on {hw}"
+    about = f"study {study.study_name}: {study.user_attrs.get('model', '?')} on {hw}"
+    return f"{what}\n{printable(about)}"
 
 
 def _message(fig, text: str) -> None:

@@ -541,9 +541,11 @@ class Recipe:
 
     def warn_if_elsewhere(self, device: str | None = None) -> None:
         diffs = self.differences_from_here(device)
-        if diffs:
+        if diffs:  # escaped: the recipe's hardware name and torch version are the file's, whoever wrote it
             warnings.warn(
-                "this recipe was measured elsewhere: " + "; ".join(diffs), RecipeEnvironmentWarning, stacklevel=3
+                printable("this recipe was measured elsewhere: " + "; ".join(diffs)),
+                RecipeEnvironmentWarning,
+                stacklevel=3,
             )
 
 
