@@ -186,18 +186,26 @@ def knob_text(value: Any) -> str:
     return registry.value_text(value)
 
 
-def parse_assignments(pairs: tuple[str, ...] | list[str], *, task: str = registry.TRAIN) -> dict[str, str]:
-    """`["amp_dtype=bfloat16", ...]` -> `{"amp_dtype": "bfloat16"}`; malformed pairs fail."""
+def parse_assignments(
+    pairs: tuple[str, ...] | list[str], *, task: str = registry.TRAIN, option: str = "--set"
+) -> dict[str, str]:
+    """`["amp_dtype=bfloat16", ...]` -> `{"amp_dtype": "bfloat16"}`; malformed pairs fail, and so
+    does a knob given two values (the last one would win, silently). `option`: the option the pairs
+    come from, as the errors name it."""
     known = registry.names(task)
     out: dict[str, str] = {}
+    parsed: dict[str, Any] = {}
     for pair in pairs:
         knob, sep, value = pair.partition("=")
         knob = knob.strip()
         if not sep or not knob:
-            raise UsageError(f"--set expects knob=value, got {_short(pair)}; knobs: {', '.join(known)}")
+            raise UsageError(f"{option} expects knob=value, got {_short(pair)}; knobs: {', '.join(known)}")
         if knob not in known:
-            raise UsageError(f"unknown knob {_short(knob)} in --set; valid knobs: {', '.join(known)}")
-        parse_knob(knob, value, task=task)  # validate early so the error names the knob
+            raise UsageError(f"unknown knob {_short(knob)} in {option}; valid knobs: {', '.join(known)}")
+        read = parse_knob(knob, value, task=task)  # validate early so the error names the knob
+        if parsed.setdefault(knob, read) != read:
+            first, then = _short(out[knob].strip()), _short(value.strip())
+            raise UsageError(f"{option}: {knob} is given twice, as {first} and {then}; give it once")
         out[knob] = value
     return out
 

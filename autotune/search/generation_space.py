@@ -117,7 +117,7 @@ def parse_fixed(text: str | None) -> dict[str, Any]:
     """`--fix`: generation knobs held at a value, "decode_compile=none,dtype=float32"."""
     if not text:
         return {}
-    pairs = parse_assignments([p for p in text.split(",") if p.strip()], task=registry.GENERATE)
+    pairs = parse_assignments([p for p in text.split(",") if p.strip()], task=registry.GENERATE, option="--fix")
     return {name: parse_knob(name, value, task=registry.GENERATE) for name, value in pairs.items()}
 
 

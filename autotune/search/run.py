@@ -140,7 +140,8 @@ GENERATION_ONLY = (
     "agree_tokens",
     "fix",
 )
-TRAINING_ONLY = ("data", "seq_len", "global_batch_tokens", "space", "warm_start_from")
+# A generation search runs in one process: --nproc-per-node ran one and recorded no world size.
+TRAINING_ONLY = ("data", "seq_len", "global_batch_tokens", "space", "warm_start_from", "nproc_per_node")
 
 
 def check_task_options(settings: SearchSettings) -> None:
@@ -302,8 +303,6 @@ def _check_ranks(settings: SearchSettings, space, device: str) -> None:
     ranks = settings.nproc_per_node
     if ranks == 1:
         return
-    if settings.task != "train":
-        raise UsageError("--nproc-per-node trains on several ranks; a generation study runs in one process")
     if ":" in settings.device.strip():  # the user's; `device` is resolved, always with its index
         raise UsageError(
             f"--nproc-per-node {ranks} runs ranks on cuda:0 ... cuda:{ranks - 1}: give --device cuda, and choose the "
