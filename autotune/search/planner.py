@@ -11,7 +11,8 @@ every trial the study has finished:
   analytic prior and every measured peak.
 
 It then proposes the candidate with the largest expected improvement over the best feasible
-tokens/s so far, times the chance that it fits the limit less the headroom, per expected second
+tokens/s so far, times the chance that it fits the limit less the headroom (likely, or at the
+memory edge with a material gain), per expected second
 (a compile costs minutes; a graph compiled before comes from inductor's cache; DataLoader knobs
 change no graph). So the first trial is what an expert runs first: the precision, kernels and
 compile the priors favour, at the largest budget predicted to fit. The next ones test the
@@ -19,9 +20,14 @@ choices the priors are least sure of where a gain is still plausible, fit the bu
 checkpointing to the memory measured, and try DataLoader settings only once a measurement says
 the loop waited for data. A configuration sure not to fit is never proposed.
 
+The experts' sum cannot express every landscape: its residuals get a Gaussian process of their
+own (`search.residual_model`), which corrects the predictions near what was measured, keeps doubt
+about the rest, and discounts a reading far below what every other trial predicts (a bad one).
+
 It stops when no candidate is expected to gain more than `STOP_GAIN` over the best (a fraction of
-the measurement noise), and says so; never right after a trial that improved the best by more
-than the noise. Torch-free; numpy."""
+the measurement noise), and says so, with how well the model predicted its own leading trials;
+never right after a trial that improved the best by more than the noise, and never while the
+model mispredicts its own leading trials. Torch-free; numpy."""
 
 from __future__ import annotations
 
@@ -38,6 +44,14 @@ from autotune.measure import outcomes
 from autotune.search import priors
 from autotune.search.features import Columns
 from autotune.search.memory_model import Batch, MemoryContext, MemoryModel, erfc, observations_from_records
+from autotune.search.residual_model import (
+    OUTLIER_NOISE,
+    Codes,
+    SelfCheck,
+    fit_residual,
+    judge,
+    linear_held_out,
+)
 from autotune.search.throughput_model import fit_throughput
 from autotune.space.definition import SearchSpace
 from autotune.space.enumerate import configurations, sample, size
@@ -45,10 +59,15 @@ from autotune.space.enumerate import configurations, sample, size
 POOL = 60_000  # candidates scored at each ask: the whole space up to this size, else a sample
 NOISE = {priors.CPU: 0.06, "cuda": 0.015}  # the spread of one measurement of log tokens/s
 STOP_GAIN = 0.003  # expected gain of the best next trial (fraction of tokens/s) below which to stop
-MIN_FIT = 0.5  # proposals need at least this chance to fit the limit less the headroom
+MIN_FIT = 0.5  # proposals need at least this chance to fit the limit less the headroom ...
+EDGE_FIT = 0.25  # ... or this much, at the memory edge, when a fit would gain EDGE_GAIN or more:
+EDGE_GAIN = 0.01  # the largest budget that fits usually sits at the limit, and an OOM costs one short run
+EDGE_MISSES = 2  # ... until this many configurations of the study went over the limit: then only the likely
 COST_WEIGHT = 0.25  # expected gain per second**COST_WEIGHT: cheaper trials first, at equal promise
 FIRST_COST_WEIGHT = 0.05  # the first trial: log tokens/s given up per e-fold of expected seconds
 CLEARLY_WORSE = 0.03  # a short window this far below the best, beyond its interval, is not timed in full
+LEADERS = 0.10  # trials within this of the best (log tokens/s) are the ones the stop rule's self-check judges
+CORRECTED = 1500  # candidates whose prediction the residual GP corrects at most (the most promising)
 
 HOST_ONLY = tuple(k.name for k in registry.knobs_of() if k.host_only)
 LOADER = tuple(k.name for k in registry.knobs_of() if k.role is registry.Role.LOADER)
@@ -111,6 +130,7 @@ class Observed:
     cost_scale: float = 1.0  # measured seconds / the prior's, over the study's trials
     last_improved: bool = False  # the last finished trial beat the best before it by more than the noise
     n_finished: int = 0
+    over_limit: int = 0  # trials that went over the memory limit (OOM, or a peak over it)
     # (knob, value) a run-time "unsupported" named (a kernel the device lacks): how many trials with
     # it came back unsupported, and how many with it ran
     refused: dict[tuple[str, Any], list[int]] = field(default_factory=dict)
@@ -136,6 +156,7 @@ class Planner:
         self.noise = NOISE[priors.CPU] if device_kind == "cpu" else NOISE["cuda"]
         self.valid, self.pool_size = valid, pool
         self.memory_context = memory
+        self.check: SelfCheck | None = None  # how well the last fit predicted its own trials
         self._build(self._candidates(around=()))
 
     # --- candidates ----------------------------------------------------------------------------------
@@ -177,6 +198,8 @@ class Planner:
         self.graphs = [graph_key(c) for c in self.configs]
         self.columns = Columns.build(self.configs, device=self.device, n_layer=self.space.n_layer or 1)
         self.X = self.columns.matrix(self.configs)
+        self.codes = Codes(sorted({k for c in self.configs for k in c}))
+        self.C = self.codes.encode(self.configs)
         self.compile_s = np.array([priors.compile_seconds(c) for c in self.configs])
         self.memory = MemoryModel(self.memory_context, self.feasible_limit, self.configs)
         self.batch = Batch(self.memory, self.configs)
@@ -215,6 +238,8 @@ class Planner:
                 continue
             if r.outcome in outcomes.MEASURED or r.outcome in outcomes.INFEASIBLE:
                 seen.graphs.add(graph_key(r.config))
+            if r.outcome in (outcomes.OOM, outcomes.OVER_MEMORY_LIMIT):
+                seen.over_limit += 1
             if r.outcome is outcomes.UNSUPPORTED:
                 culprit = _culprit(r)
                 if culprit is not None:
@@ -269,12 +294,51 @@ class Planner:
         )
         y = np.array([math.log(r.tokens_per_sec) for r in seen.measured])
         noise = np.array([self.noise * (2.0 if r.unstable else 1.0) for r in seen.measured])
-        posterior = fit_throughput(rows, y, noise, prior_mean, prior_sd)
+        codes = self.codes.encode([r.config for r in seen.measured])
+        posterior, residual, check = self._throughput(rows, y, noise, codes, prior_mean, prior_sd)
+        if check.outliers:  # a bad reading moves nothing for good: it counts with a wide noise
+            noise = noise.copy()
+            noise[list(check.outliers)] *= OUTLIER_NOISE
+            posterior, residual, check = self._throughput(rows, y, noise, codes, prior_mean, prior_sd, check.outliers)
+        self.check = check
         mean = self.X @ posterior.mean
         chol = np.linalg.cholesky(posterior.cov + 1e-12 * np.eye(len(prior_mean)))
-        sd = np.sqrt(np.square(self.X @ chol).sum(axis=1))
+        var = np.square(self.X @ chol).sum(axis=1)
+        near = self._worth_correcting(mean, np.sqrt(var), residual.tau, seen)
+        var = var + residual.tau**2  # what the experts' sum cannot express, everywhere ...
+        if len(y) and near.any():  # ... and, near what was measured, what the measurements say of it
+            correction, residual_var = residual.predict(self.C[near])
+            mean[near] += correction
+            var[near] += residual_var - residual.tau**2
         self.memory.fit(observations_from_records(records))
-        return mean, sd, self.batch.p_fit() * self._p_supported(seen)
+        self.supported = self._p_supported(seen)
+        return mean, np.sqrt(var), self.batch.p_fit() * self.supported
+
+    def _throughput(self, rows, y, noise, codes, prior_mean, prior_sd, known_bad: tuple[int, ...] = ()):
+        """The linear posterior, the GP of its residuals, and how well the two predict each trial
+        from the others (`residual_model.judge`, on the linear model's held-out errors, which
+        also sets the GP's amplitude)."""
+        posterior = fit_throughput(rows, y, noise, prior_mean, prior_sd)
+        noise_var = np.square(noise)
+        errors, latent_var = linear_held_out(rows, y, noise_var, posterior.mean, posterior.cov)
+        leaders = y >= y.max() - LEADERS if len(y) else np.zeros(0, bool)
+        check, tau = judge(codes, errors, latent_var + noise_var, self.noise, known_bad, leaders)
+        residual = fit_residual(codes, y - rows @ posterior.mean, noise_var, tau)
+        return posterior, residual, check
+
+    def _worth_correcting(self, mean: np.ndarray, sd: np.ndarray, tau: float, seen: Observed) -> np.ndarray:
+        """The candidates whose prediction the residual GP is worth computing for: those that could
+        still beat the best (at most CORRECTED of them, the most promising): the rest stay far
+        below it whatever their residual, and their sd keeps tau of doubt."""
+        reach = mean + 3.0 * np.sqrt(np.square(sd) + tau**2)
+        if seen.best is not None:
+            could = reach >= math.log(seen.best.tokens_per_sec) - 0.01
+        else:
+            could = np.ones(len(mean), dtype=bool)
+        if could.sum() > CORRECTED:
+            cut = np.partition(np.where(could, reach, -np.inf), -CORRECTED)[-CORRECTED]
+            could &= reach >= cut
+        return could
 
     # --- proposing -------------------------------------------------------------------------------------
 
@@ -285,7 +349,7 @@ class Planner:
         open_ = np.array([k not in seen.done for k in self.keys])
         if not open_.any():
             return Stop(f"every configuration of the space was tried ({len(self.keys)})")
-        fits = open_ & (p_fit >= MIN_FIT)
+        fits = open_ & self._eligible(mean, sd, p_fit, seen)
         if not fits.any():
             if seen.best is not None:
                 return Stop("no untried configuration is likely to fit the memory limit")
@@ -310,9 +374,11 @@ class Planner:
         if seen.best is None or seen.last_improved:
             return None
         mean, sd, p_fit = self.fit(records, seen)
-        open_ = np.array([k not in seen.done for k in self.keys]) & (p_fit >= MIN_FIT)
+        if not self.check.trusted:  # it mispredicts its own trials: its "nothing left" means nothing
+            return None
+        open_ = np.array([k not in seen.done for k in self.keys]) & self._eligible(mean, sd, p_fit, seen)
         if not open_.any():
-            return "every configuration likely to fit was tried"
+            return f"every configuration likely to fit was tried; {self.check.text()}"
         gain = expected_improvement(mean, sd, math.log(seen.best.tokens_per_sec)) * p_fit
         best_gain = float(gain[open_].max())
         if best_gain >= STOP_GAIN:
@@ -321,8 +387,18 @@ class Planner:
         return (
             f"no untried configuration is expected to beat #{seen.best.number} by more than {100 * STOP_GAIN:.1f} % "
             f"(the most promising, {self._describe(j, seen)}: {100 * best_gain:.2f} % expected, "
-            f"{p_fit[j]:.0%} likely to fit); the measurement noise is about {100 * self.noise:.1f} %"
+            f"{p_fit[j]:.0%} likely to fit); {self.check.text()}"
         )
+
+    def _eligible(self, mean: np.ndarray, sd: np.ndarray, p_fit: np.ndarray, seen: Observed) -> np.ndarray:
+        """Candidates worth a trial as far as memory goes: likely to fit, or at the memory edge with a
+        material gain if they do (the chance of an OOM is priced in the score, in seconds). Only
+        memory's doubt makes an edge: a kernel the device refused stays behind MIN_FIT."""
+        likely = p_fit >= MIN_FIT
+        if seen.best is None or seen.over_limit >= EDGE_MISSES:
+            return likely
+        gain_if_fits = expected_improvement(mean, sd, math.log(seen.best.tokens_per_sec))
+        return likely | ((p_fit >= EDGE_FIT) & (self.supported >= 1.0) & (gain_if_fits >= EDGE_GAIN))
 
     def _p_supported(self, seen: Observed) -> np.ndarray:
         """The chance a candidate runs at all, from the kernels the device refused at run time: a

@@ -510,8 +510,13 @@ def search_study(
     elif settled:
         stopped = settled_stop(settled[-1])
     else:
+        doubt = study.sampler.doubt() if isinstance(study.sampler, PlannerSampler) else None
         stopped = budget_stop(
-            ran=ran, n_trials=settings.trial_cap, timeout_s=settings.timeout_s, cap=settings.n_trials is None
+            ran=ran,
+            n_trials=settings.trial_cap,
+            timeout_s=settings.timeout_s,
+            cap=settings.n_trials is None,
+            doubt=doubt,
         )
     result = SearchResult(study, summary, ctx, url, path, opened.is_new, stopped=stopped, stages=stage_counts(summary))
     if stop is not None:

@@ -71,6 +71,16 @@ class PlannerSampler(optuna.samplers.BaseSampler):
     def proposal_for(self, number: int) -> Proposal | None:
         return self.proposals.get(number)
 
+    def doubt(self) -> str | None:
+        """Why the last fit's "nothing left" could not be trusted, for a search that ended by its
+        budget rather than settling; None if it could."""
+        if not isinstance(self._planner, Planner) or self._planner.check is None:
+            return None
+        check = self._planner.check
+        if check.trusted:
+            return None
+        return f"not settled: {check.text()}, more than the noise; a longer search may find more"
+
     def stop_reason(self, study: optuna.Study) -> str | None:
         """Why the search should stop now (no trial is expected to gain more than the noise), or None."""
         if self.stopped is not None:

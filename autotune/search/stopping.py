@@ -27,9 +27,12 @@ def settled_stop(why: str) -> SearchStop:
     return SearchStop(SETTLED, f"settled: {why}")
 
 
-def budget_stop(*, ran: int, n_trials: int | None, timeout_s: float | None, cap: bool = False) -> SearchStop:
-    """The trial count or the timeout: what ended a search that neither settled nor was stopped."""
-    runs = f"{ran} trial{'s' if ran != 1 else ''} run"
+def budget_stop(
+    *, ran: int, n_trials: int | None, timeout_s: float | None, cap: bool = False, doubt: str | None = None
+) -> SearchStop:
+    """The trial count or the timeout: what ended a search that neither settled nor was stopped;
+    `doubt`: the planner's word on why it had not settled (it mispredicted its own trials)."""
+    runs = f"{ran} trial{'s' if ran != 1 else ''} run" + (f"; {doubt}" if doubt else "")
     if n_trials is not None and ran >= n_trials:
         what = "the trial cap" if cap else "--n-trials"
         return SearchStop(N_TRIALS, f"{what} reached ({runs})")
