@@ -131,6 +131,8 @@ class Observed:
     last_improved: bool = False  # the last finished trial beat the best before it by more than the noise
     n_finished: int = 0
     over_limit: int = 0  # trials that went over the memory limit (OOM, or a peak over it)
+    # configurations predicted over the limit and not run, with no peak measured since to change that
+    predicted_over: set[str] = field(default_factory=set)
     # (knob, value) a run-time "unsupported" named (a kernel the device lacks): how many trials with
     # it came back unsupported, and how many with it ran
     refused: dict[tuple[str, Any], list[int]] = field(default_factory=dict)
@@ -240,6 +242,10 @@ class Planner:
                 seen.graphs.add(graph_key(r.config))
             if r.outcome in (outcomes.OOM, outcomes.OVER_MEMORY_LIMIT):
                 seen.over_limit += 1
+            if r.outcome is outcomes.PREDICTED_OVER_LIMIT:
+                seen.predicted_over.add(key)
+            elif r.peak_memory_bytes or r.outcome is outcomes.OOM:  # a peak that may move the predictions
+                seen.predicted_over.clear()
             if r.outcome is outcomes.UNSUPPORTED:
                 culprit = _culprit(r)
                 if culprit is not None:
@@ -366,6 +372,13 @@ class Planner:
             gain = expected_improvement(mean, sd, math.log(seen.best.tokens_per_sec)) * p_fit
             score = np.where(fits, gain / np.power(seconds, COST_WEIGHT), -np.inf)
         i = int(np.argmax(score))
+        if seen.best is None and self.keys[i] in seen.predicted_over:
+            # Proposing it again would be refused again: nothing measured since changed its prediction.
+            return Stop(
+                f"nothing is likely to fit the memory limit: the likeliest, {self._describe(i, seen)}, "
+                f"{p_fit[i]:.0%} likely to fit, was predicted over it: raise the limit, or give the space smaller "
+                "budgets, checkpointing or the chunked loss"
+            )
         return self._proposal(i, seen, mean, sd, p_fit, seconds, gain)
 
     def stop_reason(self, records: Sequence[Any], running: Sequence[Mapping[str, Any]] = ()) -> str | None:
@@ -450,7 +463,12 @@ class Planner:
         return KERNELS
 
     def _describe(self, i: int, seen: Observed) -> str:
+        """What the candidate changes against the best; with no best, its memory's knobs."""
         config = self.configs[i]
+        if seen.best is None:
+            return ", ".join(
+                f"{k}={registry.value_text(config[k])}" for k in (*MEMORY_KNOBS, "amp_dtype") if k in config
+            )
         changed = [f"{k}={registry.value_text(v)}" for k, v in config.items() if seen.best.config.get(k) != v]
         return ", ".join(changed) or "the same"
 

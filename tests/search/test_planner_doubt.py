@@ -140,3 +140,16 @@ def test_a_search_ended_by_its_budget_while_the_model_mispredicts_says_it_did_no
         "--n-trials reached (5 trials run; not settled: the model predicts each of its 5 leading"
     )
     assert "more than the noise; a longer search may find more" in stop.text
+
+
+def test_when_nothing_fits_the_planner_stops_instead_of_proposing_the_refused_again():
+    """S09: with a limit nothing fits, the likeliest configuration was recorded predicted_over_limit;
+    nothing measured since can change that, so it stops saying why (it proposed it 59 times)."""
+    from tests.search.test_planner import record
+
+    planner = make_planner(limit=GiB // 4)
+    first = planner.propose([])
+    refused = record(0, first.config, limit=GiB // 4, outcome=outcomes.PREDICTED_OVER_LIMIT)
+    stop = planner.propose([refused])
+    assert isinstance(stop, planner_module.Stop), stop
+    assert stop.reason.startswith("nothing is likely to fit the memory limit: the likeliest, token_budget=")
