@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import click
 
 from autotune._version import __version__
-from autotune.cli._options import CONTEXT_SETTINGS
+from autotune.cli._options import CONTEXT_SETTINGS, verbose_option
 from autotune.cli.bench import bench
 from autotune.cli.doctor import doctor
 from autotune.cli.recipes import export, profile, verify
@@ -41,6 +41,12 @@ class AutotuneGroup(click.Group):
     terminal), and a stop anywhere is one line and 128 + the signal, never click's "Aborted!".
     The first stop signal stops the command in order; the ones after it are absorbed (see
     `stop_signals_raise`), through to the end of the process when the command is its own."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """Every command takes -v after its name as the group does before it."""
+        if not any(param.name == "verbose" for param in cmd.params):
+            verbose_option(cmd)
+        super().add_command(cmd, name)
 
     def main(self, args: Sequence[str] | None = None, *rest: Any, **kwargs: Any) -> Any:
         from autotune.trial.processes import stop_signals_raise
@@ -68,13 +74,13 @@ class AutotuneGroup(click.Group):
 
 @click.group(cls=AutotuneGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, "-V", "--version", prog_name="autotune")
-@click.option("-v", "--verbose", is_flag=True, help="Log what autotune decides (tokenizer, NVML, ...).")
-def main(verbose: bool) -> None:
+@verbose_option
+def main() -> None:
     """Find the fastest way to train a GPT-2-class model on this machine, within a memory
     limit, and hand it back as a recipe."""
     handler = logging.StreamHandler()
     handler.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
+    logging.basicConfig(handlers=[handler])  # the level is -v's (the root's: WARNING without it)
 
 
 for _command in (bench, search, show, export, verify, profile, compare, report, dashboard, doctor):

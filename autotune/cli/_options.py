@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -136,6 +137,26 @@ def _stack(*options: Callable) -> Callable[[Callable], Callable]:
     return apply
 
 
+def _verbose(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """-v: autotune's INFO lines are logged while the command runs (the root logger at INFO),
+    whether -v comes before the command or after it; the level is set back when it ends."""
+    if value:
+        root = logging.getLogger()
+        ctx.call_on_close(lambda level=root.level: root.setLevel(level))
+        root.setLevel(min(root.getEffectiveLevel(), logging.INFO))
+    return value
+
+
+# The group's and every command's -v (the group adds it to each command it holds), so that
+# `autotune -v search` and `autotune search -v` are the same.
+verbose_option = click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    expose_value=False,
+    callback=_verbose,
+    help="Log what autotune decides (tokenizer, NVML, ...).",
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 device_option = click.option(
     "--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda or cuda:N."
