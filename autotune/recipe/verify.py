@@ -28,6 +28,20 @@ def default_tolerance(device: str) -> float:
     return CPU_TOLERANCE if device.split(":", 1)[0] == "cpu" else GPU_TOLERANCE
 
 
+def model_to_verify(recipe: Recipe, model: str | None, *, allow_import: bool) -> str:
+    """The model a verify (or a soak) of `recipe` builds: the recipe's own. A --model naming
+    another is refused (UsageError): its measurement would be judged against the recorded
+    figures of the recipe's model, a PASS or FAIL of nothing. --model naming the recipe's own
+    model is how a user says they trust a recipe's `package.module:factory`."""
+    recorded = recipe.model.get("name")
+    if model and recorded and model != recorded:
+        raise UsageError(
+            f"--model {model!r} is not the recipe's model {recorded!r}: its figures were measured on "
+            f"{recorded!r}, so they say nothing of {model!r}; drop --model, or verify a recipe of {model!r}"
+        )
+    return recipe.model_to_run(model, allow_import=allow_import)
+
+
 def recipe_run_spec(
     recipe: Recipe,
     *,
@@ -44,7 +58,7 @@ def recipe_run_spec(
     or config directory is built in a child process first, under the timeout), the data, the
     workers this machine can start; the recipe's memory limit and global batch."""
     limit = recipe.measured.get("memory_limit_bytes")
-    name = recipe.model_to_run(model, allow_import=allow_model_import)
+    name = model_to_verify(recipe, model, allow_import=allow_model_import)
     check_runnable_here(recipe.config, where="the recipe's config")
     recipes_data = not data
     data = data or recipe.data or "synthetic"
@@ -213,7 +227,7 @@ def _verify_generation(
 
     limit = recorded.get("memory_limit_bytes")
     limit = limit if isinstance(limit, int) else None
-    name = recipe.model_to_run(model, allow_import=allow_model_import)
+    name = model_to_verify(recipe, model, allow_import=allow_model_import)
     _, context, _ = model_facts(name, timeout_s=timeout_s, host_limit_bytes=limit if device == "cpu" else None)
     workload = recipe.workload
     spec = GenerateSpec(

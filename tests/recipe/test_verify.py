@@ -84,8 +84,8 @@ def test_verify_builds_only_a_users_code_in_a_child_first(monkeypatch, tmp_path)
     (tmp_path / "config.json").write_text("{}")
     users = ["tests.fixture_models:make_llama", f"hf:{tmp_path}"]
     for model in ["gpt2-tiny", "hf:gpt2-tiny", *users]:
-        spec = recipe_run_spec(
-            cpu_recipe(),
+        spec = recipe_run_spec(  # --model naming the recipe's own model (verify refuses another)
+            cpu_recipe(model={"name": model, "seq_len": 64, "n_layer": 2, "vocab_size": 320}),
             device="cpu",
             data=None,
             warmup=1,
@@ -97,3 +97,39 @@ def test_verify_builds_only_a_users_code_in_a_child_first(monkeypatch, tmp_path)
         )
         assert spec.model == model
     assert probed == users
+
+
+@pytest.mark.parametrize("soak", [False, True], ids=["verify", "soak"])
+def test_verify_with_another_model_than_the_recipes_is_refused_before_anything_runs(tmp_path, monkeypatch, soak):
+    """`verify --model gpt2-small` of a gpt2-tiny recipe (issue D, #13) would judge gpt2-small's
+    measurement against gpt2-tiny's recorded figure, and print PASS or FAIL of nothing."""
+    import autotune.recipe.soak_check
+    import autotune.recipe.verify
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("nothing runs on a refusal")
+
+    monkeypatch.setattr(autotune.recipe.verify, "run_trial", no_run)
+    monkeypatch.setattr(autotune.recipe.verify, "check_recipe_runs", no_run)
+    monkeypatch.setattr(autotune.recipe.soak_check, "run_soak", no_run)
+    path = save_recipe(cpu_recipe(token_budget=1024), tmp_path / "r.json")
+    result = invoke("verify", str(path), "--model", "gpt2-small", *(["--soak"] if soak else []), *FAST)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("Error: ") and "'gpt2-small'" in lines[0] and "'gpt2-tiny'" in lines[0]
+    assert "drop --model" in lines[0]
+
+    # --model naming the recipe's own model (as a recipe naming a user's factory asks) is taken.
+    class Reached(Exception):
+        pass
+
+    def reached(*args, **kwargs):
+        raise Reached
+
+    monkeypatch.setattr(autotune.recipe.verify, "check_recipe_runs", lambda *a, **k: None)
+    monkeypatch.setattr(autotune.recipe.verify, "run_trial", reached)
+    monkeypatch.setattr(autotune.recipe.soak_check, "run_soak", reached)
+    with pytest.raises(Reached):
+        invoke("verify", str(path), "--model", "gpt2-tiny", *(["--soak"] if soak else []), *FAST)
