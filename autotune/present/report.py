@@ -32,7 +32,7 @@ from autotune.errors import AutotuneError, UsageError, printable
 from autotune.measure import outcomes
 from autotune.present.generation import format_ms, front, is_generation
 from autotune.present.importance import Importance, knob_importance
-from autotune.present.summaries import ranks_rows, speedup_text
+from autotune.present.summaries import best_rate_text, ranks_rows, speedup_text
 from autotune.present.text import (
     config_summary,
     counts_text,
@@ -43,7 +43,6 @@ from autotune.present.text import (
     format_rate,
     markdown_table,
     memory_text,
-    rate_with_interval,
     value_text,
 )
 from autotune.study.references import BASELINE, CHECKLIST
@@ -436,9 +435,7 @@ def _measurement_rows(summary: StudySummary, limit: int | None) -> list[list[str
     m = best.measurement
     if m is None:
         return [["effective tokens/s", format_rate(best.figure)]]
-    rate = rate_with_interval(best.figure, m.tokens_per_sec_ci95)
-    if best.confirmed:
-        rate += f" (mean of {' / '.join(format_rate(r) for r in best.runs)}: the trial, then its re-measurement)"
+    rate = best_rate_text(best, " / ")
     return [
         ["effective tokens/s", flag_unstable(rate, m.unstable)],
         ["energy", energy_text(m.joules_per_token, m.energy_note, m.energy_source)],

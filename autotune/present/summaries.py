@@ -117,6 +117,19 @@ def figure_text(trial: TrialRecord) -> str:
     return f"{format_rate(trial.figure)} (mean of {'/'.join(format_rate(r) for r in trial.runs)})"
 
 
+def best_rate_text(trial: TrialRecord, sep: str = "/") -> str:
+    """The best's tokens/s with the 95 % interval of that figure (`TrialRecord.figure_ci95`):
+    beside the mean of its runs, the interval of the mean, or why there is none."""
+    rate = rate_with_interval(trial.figure, trial.figure_ci95)
+    if trial.confirmed:
+        why = ""
+        if trial.figure_ci95 is None and trial.measurement and trial.measurement.tokens_per_sec_ci95:
+            if trial.confirmation and trial.confirmation.tokens_per_sec_ci95:
+                why = "; no interval: they differ by more than their own intervals allow"
+        rate += f"  (mean of {sep.join(format_rate(r) for r in trial.runs)}: the trial, then its re-measurement{why})"
+    return rate
+
+
 def trial_line(trial: TrialRecord) -> str:
     """One line per finished trial: number, outcome, tokens/s, peak memory, the knobs."""
     outcome = trial.status
@@ -171,9 +184,7 @@ def best_table(summary) -> str:
         return generation_best_table(summary)
     m = best.measurement or Measurement.failed({}, outcomes.OK, None)
     rows = [(k, v if not isinstance(v, list) else ",".join(map(str, v)) or "-") for k, v in (best.config or {}).items()]
-    rate = rate_with_interval(best.figure, m.tokens_per_sec_ci95)
-    if best.confirmed:
-        rate += f"  (mean of {'/'.join(format_rate(r) for r in best.runs)}: the trial, then its re-measurement)"
+    rate = best_rate_text(best)
     rows += [
         ("effective tokens/s", flag_unstable(rate, m.unstable)),
         ("energy", energy_text(m.joules_per_token, m.energy_note, m.energy_source)),
@@ -315,7 +326,7 @@ def _trial_json(trial: TrialRecord) -> dict[str, Any]:
         "config": trial.config,
         "tokens_per_sec": trial.figure,  # what the recipe records: the mean of its runs
         "tokens_per_sec_runs": list(trial.runs),
-        "tokens_per_sec_ci95": trial.measurement.tokens_per_sec_ci95 if trial.measurement else None,
+        "tokens_per_sec_ci95": trial.figure_ci95,  # the interval of tokens_per_sec, the mean of its runs
         "joules_per_token": trial.measurement.joules_per_token if trial.measurement else None,
         "peak_memory_bytes": trial.peak_memory_bytes,
         "unstable": trial.unstable,

@@ -30,12 +30,8 @@ def recipe_from_trial(
         runs = list(trial.runs)
         measured["tokens_per_sec"] = trial.figure
         measured["tokens_per_sec_runs"] = runs  # the trial, then its re-measurement
-        # The interval of the mean, from the two runs' intervals: their ends averaged. Wider
-        # than the mean's own would be for independent runs (by up to sqrt 2): on the safe side.
-        intervals = [i for i in (m.tokens_per_sec_ci95, confirmation.tokens_per_sec_ci95) if i]
-        measured["tokens_per_sec_ci95"] = (
-            [sum(i[0] for i in intervals) / 2, sum(i[1] for i in intervals) / 2] if len(intervals) == 2 else None
-        )
+        # The interval of the mean (None where the two runs disagree beyond their own intervals)
+        measured["tokens_per_sec_ci95"] = trial.figure_ci95
         energies = [e for e in (m.joules_per_token, confirmation.joules_per_token) if e is not None]
         if len(energies) == 2:
             measured["joules_per_token"] = sum(energies) / 2

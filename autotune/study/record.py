@@ -270,6 +270,27 @@ class TrialRecord:
         return sum(runs) / len(runs) if runs else None
 
     @property
+    def figure_ci95(self) -> list[float] | None:
+        """The 95 % interval of `figure`: the run's own for a single run; for the mean of the run
+        and its re-measurement, the interval of that mean from the two runs' intervals (half-width
+        sqrt(h1^2 + h2^2) / 2, independent runs), and None where either run has none or the two
+        differ by more than their intervals allow (|a - b| > sqrt(h1^2 + h2^2), the 95 % test of a
+        difference): then what moved between the runs is not in either interval, and two runs
+        cannot say how much it is. Never the first run's interval beside the mean (issue D, #4)."""
+        own = self.measurement.tokens_per_sec_ci95 if self.measurement else None
+        if not self.confirmed:
+            return list(own) if own else None
+        second = self.confirmation.tokens_per_sec_ci95 if self.confirmation else None
+        if not own or not second:
+            return None
+        (a, b), (h1, h2) = self.runs, ((own[1] - own[0]) / 2, (second[1] - second[0]) / 2)
+        spread = math.hypot(h1, h2)
+        if abs(a - b) > spread:
+            return None
+        mean = self.figure
+        return [mean - spread / 2, mean + spread / 2]
+
+    @property
     def confirmed(self) -> bool:
         return len(self.runs) > 1
 
