@@ -127,10 +127,9 @@ def bench(
     _refuse_given({flag: generation[name] is not None for name, flag in flags.items()}, "--task generate")
     from autotune.config import TrainConfig, accumulation_for, check_runnable_here, parse_assignments
     from autotune.errors import UnsupportedConfig, UsageError
-    from autotune.measure import outcomes
-    from autotune.measure.loop import measure
-    from autotune.present.summaries import format_measurement
 
+    # The knobs are read and checked first, without torch (its import takes seconds, tens on a
+    # busy machine): a bad --set is one line at once, as any other bad option.
     overrides = parse_assignments(assignments)
     if batching:
         overrides["batching"] = batching
@@ -140,6 +139,10 @@ def bench(
         accumulation_for(global_batch_tokens, cfg)
     except UnsupportedConfig as exc:  # the user's own numbers and knobs: a usage error, at once
         raise UsageError(f"--global-batch-tokens: {exc}") from None
+    from autotune.measure import outcomes
+    from autotune.measure.loop import measure  # torch
+    from autotune.present.summaries import format_measurement
+
     spec = _run_spec(model, device, data, seq_len, warmup, steps, min_time, seed, memory_limit, global_batch_tokens)
     with stdout_to_stderr(as_json):  # the model's prints: stdout is for the JSON alone
         result = measure(spec, cfg)
@@ -170,13 +173,15 @@ def _bench_generation(
         GenerateSpec,
         parse_assignments,
     )
+
+    # The knobs first, without torch: a bad --set is one line at once (see `bench`).
+    cfg = GenerateConfig().with_overrides(parse_assignments(assignments, task=registry.GENERATE))
     from autotune.device import resolve_device
     from autotune.measure import outcomes
-    from autotune.measure.generation import measure_generation
+    from autotune.measure.generation import measure_generation  # torch
     from autotune.present.generation import format_generation_measurement
     from autotune.search.generate import resolve_workload
 
-    cfg = GenerateConfig().with_overrides(parse_assignments(assignments, task=registry.GENERATE))
     device = resolve_device(device)
     on_cpu = device == "cpu"
     workload = resolve_workload(

@@ -199,6 +199,7 @@ def resolve_workload(
 def prepare_generation(settings: SearchSettings) -> tuple[GenerateStudyContext, str, str]:
     """Validate everything before anything is written: (context, study name, storage URL)."""
     check_task_options(settings)
+    fixed = parse_fixed(settings.fix)  # before the model is probed (seconds): a bad --fix at once
     device_name = resolve_device(settings.device)
     device = describe(device_name)
     timeout = _trial_timeout(settings, device.kind)
@@ -223,7 +224,6 @@ def prepare_generation(settings: SearchSettings) -> tuple[GenerateStudyContext, 
         if settings.batch is not None and batches != (1,):
             raise UsageError("--objective latency is the fastest request at batch 1: leave --batch out")
         batches = (1,)
-    fixed = parse_fixed(settings.fix)
     caps = DeviceCapabilities.detect(device.kind, device.capability_tuple)
     space = generation_space(
         caps,
