@@ -35,6 +35,7 @@ def search(devices, as_json, **values) -> None:
     from autotune.present.progress import TerminalProgress
     from autotune.present.summaries import search_summary, summary_json
     from autotune.search.run import SearchStopped, run_search
+    from autotune.study.leaders import LEADERS
 
     settings = SearchSettings.from_options(values)
     if devices and settings.nproc_per_node > 1:
@@ -55,6 +56,8 @@ def search(devices, as_json, **values) -> None:
         quiet=as_json or bool(devices),
         timeout_s=settings.timeout_s,
         what=f"{settings.model} on {settings.device}",
+        # the leaders' re-measurements after the last trial (search.confirm), in the estimate
+        confirm_runs=LEADERS if settings.confirm and settings.task != "generate" else 0,
     )
     try:
         if devices:

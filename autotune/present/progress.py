@@ -25,13 +25,19 @@ def format_duration(seconds: float) -> str:
 class SearchProgress:
     """Where a search stands. `n_trials` is this invocation's (a resumed study's trial
     numbers go on from where it was; None: no cap, --until-converged); `timeout_s` the
-    search's --timeout, if any."""
+    search's --timeout, if any; `confirm_runs` the re-measurements of the leaders that follow the
+    last trial (`search.confirm`: up to `study.leaders.LEADERS`; 0 with --no-confirm)."""
 
     def __init__(
-        self, n_trials: int | None, timeout_s: float | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        n_trials: int | None,
+        timeout_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        confirm_runs: int = 0,
     ) -> None:
         self.n_trials = n_trials
         self.timeout_s = timeout_s
+        self.confirm_runs = confirm_runs
         self.clock = clock
         self.start = clock()
         self.started = 0  # trials started in this invocation
@@ -71,12 +77,14 @@ class SearchProgress:
 
     def remaining(self) -> float | None:
         """Seconds left: the mean trial so far times the trials to go, less what the running
-        one has done; never past --timeout. None until a trial has finished (no basis yet).
-        While the leaders are re-measured: those runs still to go, each a mean trial."""
+        one has done; never past --timeout; then the confirmation runs, each a mean trial (they
+        follow the trials, timeout or not). None until a trial has finished (no basis yet).
+        While the leaders are re-measured: those runs still to go."""
         if self.confirmation is not None and self.durations:
             return self._confirmation_left()
+        confirming = self.confirm_runs * sum(self.durations) / len(self.durations) if self.durations else 0.0
         if not self.durations or self.n_trials is None:  # no cap: only the timeout bounds it
-            return None if self.timeout_s is None else max(0.0, self.timeout_s - self.elapsed())
+            return None if self.timeout_s is None else max(0.0, self.timeout_s - self.elapsed()) + confirming
         mean = sum(self.durations) / len(self.durations)
         to_go = max(0, self.n_trials - self.finished)
         left = to_go * mean
@@ -85,7 +93,7 @@ class SearchProgress:
         left = max(0.0, left)
         if self.timeout_s is not None:
             left = min(left, max(0.0, self.timeout_s - self.elapsed()) + (mean if self.running else 0.0))
-        return left
+        return left + confirming
 
     def _confirmation_left(self) -> float:
         assert self.confirmation is not None
@@ -110,14 +118,16 @@ class SearchProgress:
         number, rate, unstable = self.best
         return f"best {flag_unstable(format_rate(rate), unstable)} tok/s (#{number})"
 
-    def status_line(self) -> str:
-        """The live line: what runs now, the times and the best so far."""
+    def status_line(self, width: int | None = None) -> str:
+        """The live line: the times and the best so far first, then what runs now, its
+        configuration last: cut at `width` (the terminal's), the configuration goes first."""
         if self.running is not None:
             number, config, began = self.running
             now = f"{self.counter()} (#{number}, {format_duration(self.clock() - began)}): {config_summary(config)}"
         else:
             now = self.phase or f"{self._done()} trials done"
-        return f"{now} | {self._times()} | {self._best()}"
+        line = f"{self._times()} | {self._best()} | {now}"
+        return line if width is None else line[:width]
 
     def finished_line(self, trial: Any) -> str:
         """One line per finished trial (also where there is no terminal: logs, CI)."""
@@ -145,9 +155,17 @@ class TerminalProgress:
 
     TICK_S = 1.0
 
-    def __init__(self, n_trials: int | None, quiet: bool, *, timeout_s: float | None = None, what: str = "") -> None:
+    def __init__(
+        self,
+        n_trials: int | None,
+        quiet: bool,
+        *,
+        timeout_s: float | None = None,
+        what: str = "",
+        confirm_runs: int = 0,
+    ) -> None:
         self.quiet = quiet
-        self.progress = SearchProgress(n_trials, timeout_s)
+        self.progress = SearchProgress(n_trials, timeout_s, confirm_runs=confirm_runs)
         self.tty = not quiet and sys.stderr.isatty()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -203,7 +221,7 @@ class TerminalProgress:
             return
         with self._lock:
             width = shutil.get_terminal_size((120, 20)).columns - 1
-            sys.stderr.write("\r\x1b[K" + printable(self.progress.status_line())[:width])
+            sys.stderr.write("\r\x1b[K" + printable(self.progress.status_line())[:width])  # the configuration last
             sys.stderr.flush()
             self._shown = True
 

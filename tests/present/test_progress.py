@@ -11,6 +11,7 @@ import optuna
 
 from autotune.config import TrainConfig
 from autotune.present.progress import SearchProgress, format_duration
+from autotune.present.text import config_summary
 from autotune.study.record import TrialRecord
 
 CONFIG = TrainConfig().to_dict()
@@ -52,12 +53,12 @@ def test_durations():
 def test_trial_i_of_n_elapsed_estimate_and_best():
     clock = Clock()
     p = SearchProgress(4, clock=clock)
-    assert p.status_line().startswith("preparing")
-    assert "0:00 elapsed, estimate after the first trial | no best yet" in p.status_line()
+    assert p.status_line().endswith("| no best yet | preparing: checking the model, the device and the storage")
+    assert p.status_line().startswith("0:00 elapsed, estimate after the first trial | no best yet")
     clock.now += 5
     p.trial_started(7, CONFIG)  # a resumed study: its trial numbers go on
     clock.now += 30
-    assert p.status_line().startswith("trial 1/4 (#7, 0:30): amp=float32")
+    assert "| no best yet | trial 1/4 (#7, 0:30): amp=float32" in p.status_line()
     assert "0:35 elapsed, estimate after the first trial" in p.status_line()
     first = trial(7, 84933.0)
     p.trial_finished(first, SimpleNamespace(best=first))
@@ -91,13 +92,13 @@ def test_the_confirmation_runs_are_counted_and_estimated():
         p.trial_finished(t, SimpleNamespace(best=t))
     assert "~0:00 left" in p.status_line()  # the trials are done...
     p.confirming(1, 1, 3)  # ...three runs to go, of about 10 s each
-    assert p.status_line().startswith("confirming the leaders (1 of 3): re-measuring #1 in a fresh process")
+    assert p.status_line().endswith("| confirming the leaders (1 of 3): re-measuring #1 in a fresh process")
     assert "~0:30 left" in p.status_line()
     clock.now += 4
     assert "~0:26 left" in p.status_line()
     clock.now += 6
     p.confirming(0, 2, 3)
-    assert p.status_line().startswith("confirming the leaders (2 of 3)") and "~0:20 left" in p.status_line()
+    assert "| confirming the leaders (2 of 3)" in p.status_line() and "~0:20 left" in p.status_line()
 
 
 def test_an_unstable_best_is_flagged():
@@ -139,7 +140,8 @@ def test_on_a_terminal_a_live_line_from_the_first_second(monkeypatch):
     err = Tty()
     monkeypatch.setattr(sys, "stderr", err)
     reporter = TerminalProgress(3, quiet=False)
-    assert err.getvalue().startswith("\r\x1b[Kpreparing")  # drawn at once, before any trial
+    # drawn at once, before any trial: the times first
+    assert err.getvalue().startswith("\r\x1b[K0:00 elapsed") and "preparing" in err.getvalue()
     reporter.trial_started(0, TrainConfig())
     assert "trial 1/3 (#0, 0:00)" in err.getvalue()
     t = trial(0, 100.0)
@@ -158,3 +160,37 @@ def test_quiet_prints_nothing(monkeypatch):
     reporter.trial_finished(trial(0, 1.0), SimpleNamespace(best=None))
     reporter.close()
     assert err.getvalue() == ""
+
+
+def test_at_80_columns_the_line_shows_the_times_and_the_best_first_and_cuts_the_configuration():
+    """Issue D, #5: the configuration came first and the line was cut at the terminal's width,
+    so the elapsed time, the estimate and the best never showed at 80 or 120 columns."""
+    clock = Clock()
+    p = SearchProgress(4, clock=clock)
+    p.trial_started(0, CONFIG)
+    clock.now += 30
+    t = trial(0, 84933.0)
+    p.trial_finished(t, SimpleNamespace(best=t))
+    long = {**CONFIG, "compile_mode": "max-autotune-no-cudagraphs", "attention": "flash", "token_budget": 16384}
+    p.trial_started(1, long)
+    clock.now += 12
+    for width in (80, 120):
+        line = p.status_line(width)
+        assert len(line) <= width
+        assert line.startswith("0:42 elapsed, ~1:18 left | best 84,933 tok/s (#0) | trial 2/4 (#1, 0:12)"), line
+    assert p.status_line().endswith(config_summary(long))  # uncut: the configuration last
+
+
+def test_the_estimate_counts_the_confirmation_runs_unless_they_are_off():
+    """Up to three re-measurements of the leaders follow the last trial (`search.confirm`): the
+    estimate counts them (each a mean trial), and leaves them out with --no-confirm (0 runs)."""
+    estimates = {}
+    for runs in (3, 0):
+        clock = Clock()
+        p = SearchProgress(2, clock=clock, confirm_runs=runs)
+        p.trial_started(0, CONFIG)
+        clock.now += 10
+        t = trial(0, 100.0)
+        p.trial_finished(t, SimpleNamespace(best=t))
+        estimates[runs] = p.remaining()
+    assert estimates == {3: 40.0, 0: 10.0}
