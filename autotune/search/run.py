@@ -95,6 +95,14 @@ def model_slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip(".-") or "model"
 
 
+def default_study_name(model: str, device_slug: str, nproc_per_node: int = 1) -> str:
+    """The study a search writes without --study: `gpt2-tiny-cpu`; `gpt2-tiny-cpu-2ranks` for a
+    search of 2 ranks a trial, whose tokens/s is another figure than one rank's (a study of one
+    rank keeps the name it always had, so it resumes)."""
+    name = f"{model_slug(model)}-{device_slug}"
+    return f"{name}-{nproc_per_node}ranks" if nproc_per_node > 1 else name
+
+
 def memory_limit(settings: SearchSettings, device: DeviceInfo) -> int:
     """--memory-limit, else --memory-fraction (default 0.9) of the device total: NVML's
     total on a GPU, the host's RAM on CPU (where the limit applies to the run's process tree)."""
@@ -227,7 +235,7 @@ def prepare(settings: SearchSettings) -> tuple[StudyContext, str, str]:
         objective=objective,
         model_dims=dims,
     )
-    name, url = study_location(settings, f"{model_slug(settings.model)}-{device.slug}")
+    name, url = study_location(settings, default_study_name(settings.model, device.slug, settings.nproc_per_node))
     return ctx, name, url
 
 

@@ -172,6 +172,16 @@ def open_study(
         return study, True
     if seed is not None:
         study.sampler = sampler(worker_seed(seed, len(study.trials)))
+    # The ranks first: a study of another rank count has another default space, and its hash
+    # says nothing of why.
+    stored_ranks = (study.user_attrs.get("run") or {}).get("nproc_per_node", 1)
+    asked_ranks = getattr(ctx.spec, "nproc_per_node", 1)  # a generation study: one process
+    if stored_ranks != asked_ranks:
+        raise UsageError(
+            f"study {name!r} was measured with --nproc-per-node {stored_ranks}, this run {asked_ranks}: tokens/s of "
+            f"{stored_ranks} rank(s) is another figure than of {asked_ranks}. Resume it with --nproc-per-node "
+            f"{stored_ranks}, or start a new study (--new-study, or --study NAME)"
+        )
     mismatch = _identity_mismatch(existing, ctx.identity())
     if mismatch:
         raise UsageError(

@@ -54,13 +54,13 @@ def test_a_two_rank_study_shows_global_per_device_scaling_and_straggler(tmp_path
     for said in ("global tokens/s", "per-device tokens/s", "scaling efficiency       50.0%", "straggler ratio"):
         assert said in text.stdout, said
 
-    compared = runner.invoke(main, ["compare", "studies/gpt2-tiny-cpu.db"])
+    compared = runner.invoke(main, ["compare", "studies/gpt2-tiny-cpu-2ranks.db"])
     assert compared.exit_code == 0, compared.output
     assert "scaling efficiency" in compared.stdout and "50.0%" in compared.stdout and "1.250" in compared.stdout
-    compared_json = json.loads(runner.invoke(main, ["compare", "studies/gpt2-tiny-cpu.db", "--json"]).stdout)
+    compared_json = json.loads(runner.invoke(main, ["compare", "studies/gpt2-tiny-cpu-2ranks.db", "--json"]).stdout)
     assert compared_json["studies"][0]["scaling_efficiency"] == 0.5
 
-    reported = runner.invoke(main, ["report", "--study", "gpt2-tiny-cpu", "--out", str(tmp_path / "report")])
+    reported = runner.invoke(main, ["report", "--study", "gpt2-tiny-cpu-2ranks", "--out", str(tmp_path / "report")])
     assert reported.exit_code == 0, reported.output
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "scaling efficiency" in markdown and "per-device tokens/s" in markdown and "straggler ratio" in markdown

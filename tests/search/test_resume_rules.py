@@ -78,12 +78,32 @@ def test_resuming_with_another_number_of_ranks_is_refused(tmp_path, monkeypatch)
     fake_trials(monkeypatch, peak=PEAK)
     made = search("--memory-limit", "21GiB", "--n-trials", "2", "--nproc-per-node", "2", "--space", CPU_DDP)
     assert made.exit_code == 0, made.output
-    assert load_study(STUDY, None).user_attrs["run"]["nproc_per_node"] == 2
+    assert load_study(f"{STUDY}-2ranks", None).user_attrs["run"]["nproc_per_node"] == 2
     before = files_under(tmp_path)
-    result = search("--memory-limit", "21GiB", "--n-trials", "1", "--space", CPU_DDP)
-    assert result.exit_code == 2, result.output
-    assert "was measured with --nproc-per-node 2, this run 1" in result.stderr
-    assert files_under(tmp_path) == before
+    # the same space, and the default one of a single rank (another space hash): the ranks are named
+    for space in (["--space", CPU_DDP], []):
+        result = search("--memory-limit", "21GiB", "--n-trials", "1", "--study", f"{STUDY}-2ranks", *space)
+        assert result.exit_code == 2, result.output
+        assert "was measured with --nproc-per-node 2, this run 1" in result.stderr, result.stderr
+        assert "hash" not in result.stderr and len(result.stderr.splitlines()) == 1
+        assert files_under(tmp_path) == before
+
+
+def test_the_default_study_name_says_how_many_ranks(tmp_path, monkeypatch):
+    """A search of 1 rank and one of 2 of a model in one folder are two studies (issue D, #9:
+    they shared `gpt2-tiny-cpu`, and the second was refused naming two space hashes); a single
+    rank's name is what it always was, so its studies resume."""
+    from autotune.search.run import default_study_name
+
+    assert default_study_name("gpt2-tiny", "cpu", 1) == "gpt2-tiny-cpu"
+    assert default_study_name("hf:gpt2", "nvidia-h100-80gb-hbm3", 2) == "hf-gpt2-nvidia-h100-80gb-hbm3-2ranks"
+    monkeypatch.chdir(tmp_path)
+    fake_trials(monkeypatch, peak=PEAK)
+    for ranks in (["--nproc-per-node", "2", "--space", CPU_DDP], []):
+        result = search("--memory-limit", "21GiB", "--n-trials", "1", *ranks)
+        assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "studies").glob("*.db")) == [f"{STUDY}-2ranks.db", f"{STUDY}.db"]
+    assert sorted(p.name for p in (tmp_path / "recipes").iterdir()) == [f"{STUDY}-2ranks.json", f"{STUDY}.json"]
 
 
 @pytest.mark.parametrize(
