@@ -27,6 +27,7 @@ from autotune.present.text import (
     memory_text,
     printable,
     rate_with_interval,
+    shown_config,
     table,
     value_text,
 )
@@ -192,7 +193,8 @@ def load_comparison(refs: Sequence[str]) -> Comparison:
 
 def compare_views(views: list[StudyView]) -> Comparison:
     configs = [normalize_config_dict(v.best_config) for v in views if v.best_config is not None]
-    knobs = [k for k in ALL_KNOBS if any(k in c for c in configs)]
+    shown = [shown_config(c) for c in configs]  # the multi-rank knobs where a study has several ranks
+    knobs = [k for k in ALL_KNOBS if any(k in c for c in shown)]
     differ = [k for k in knobs if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
     cross = [r for s in views for t in views if s is not t for r in [cross_apply(s, t)] if r is not None]
     return Comparison(views, knobs, differ, cross, comparability_notes(views))

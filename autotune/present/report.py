@@ -43,6 +43,7 @@ from autotune.present.text import (
     format_rate,
     markdown_table,
     memory_text,
+    shown_config,
     value_text,
 )
 from autotune.study.references import BASELINE, CHECKLIST
@@ -496,7 +497,7 @@ def report_sections(study: optuna.Study, summary: StudySummary, importance: Impo
     if summary.best is None:
         sections.append(Section("Best configuration", ["", ""], [], note=summary.no_best_reason))
     else:
-        config = summary.best.config or {}
+        config = shown_config(summary.best.config)  # one process: no multi-rank knob
         sections.append(
             Section(
                 f"Best configuration (trial #{summary.best.number})",

@@ -20,6 +20,7 @@ from autotune.present.text import (
     format_ratio,
     printable,
     rate_with_interval,
+    shown_config,
     table,
 )
 from autotune.study.record import TrialRecord
@@ -183,7 +184,10 @@ def best_table(summary) -> str:
     if best.measurement is not None and best.measurement.generation is not None:
         return generation_best_table(summary)
     m = best.measurement or Measurement.failed({}, outcomes.OK, None)
-    rows = [(k, v if not isinstance(v, list) else ",".join(map(str, v)) or "-") for k, v in (best.config or {}).items()]
+    rows = [
+        (k, v if not isinstance(v, list) else ",".join(map(str, v)) or "-")
+        for k, v in shown_config(best.config).items()
+    ]
     rate = best_rate_text(best)
     rows += [
         ("effective tokens/s", flag_unstable(rate, m.unstable)),

@@ -17,6 +17,8 @@ __all__ = [
     "format_pct",
     "format_rate",
     "rate_with_interval",
+    "several_ranks",
+    "shown_config",
     "energy_text",
     "format_ratio",
     "flag_unstable",
@@ -125,11 +127,26 @@ def config_summary(config: Mapping[str, Any]) -> str:
     return " ".join(parts + _changed_knobs(config, registry.TRAIN, _SHOWN_TRAIN))
 
 
+def several_ranks(config: Mapping[str, Any]) -> bool:
+    """Whether a configuration runs on several ranks (parallelism other than none)."""
+    return config.get("parallelism", "none") not in ("none", None)
+
+
+def shown_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The knobs of a configuration as people read them: a single-process one without the
+    multi-rank knobs (`ranks_only`: parallelism, DDP's and FSDP2's), which do nothing there
+    (issue D, #8; the recipe leaves them out alike)."""
+    config = dict(config or {})
+    if several_ranks(config):
+        return config
+    return {k: v for k, v in config.items() if not getattr(registry.BY_NAME.get(k), "ranks_only", False)}
+
+
 def _changed_knobs(config: Mapping[str, Any], task: str, shown: tuple[str, ...]) -> list[str]:
     """name=value for each of the task's knobs not in `shown` that the config sets off its
     default, in registry order; a knob meaningful only with several ranks only when the
     config has them (parallelism other than none)."""
-    ranks = config.get("parallelism", "none") not in ("none", None)
+    ranks = several_ranks(config)
     out = []
     for knob in registry.knobs_of(task):
         if knob.name in shown or knob.name not in config or (knob.ranks_only and not ranks):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.present.text import shown_config
 from autotune.study.storage import load_ref, open_storage
 from autotune.study.summary import summarize
 from tests.helpers import invoke, synthetic_study
@@ -39,8 +40,9 @@ def test_report_of_a_real_study(studies, tmp_path):
     html = (out / "index.html").read_text()
     best = summarize(load_ref(str(studies / "a.db"))).best
     assert f"Best configuration (trial #{best.number})" in html
-    for knob in best.config:
+    for knob in shown_config(best.config):  # one process: no multi-rank knob (issue D, #8)
         assert f"<td>{knob}</td>" in html
+    assert "<td>parallelism</td>" not in html and "parallelism" in best.config
     assert "<h2>Outcomes</h2>" in html and "autotune dashboard --study a" in html
 
 
