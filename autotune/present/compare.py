@@ -294,7 +294,7 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
             if v.importance.values is None:
                 cells.append((v.importance.note or "n/a") if i == 0 else "")
             else:
-                cells.append(f"{top[i][0]} ({100 * top[i][1]:.0f}%)" if i < len(top) else "")
+                cells.append(f"{top[i][0]} ({v.importance.text(top[i][0], bracketed=False)})" if i < len(top) else "")
         row(f"important knob {i + 1}", cells)
     row(
         "trials",
