@@ -109,7 +109,7 @@ class SearchProgress:
 
     def _times(self) -> str:
         left = self.remaining()
-        estimate = f"~{format_duration(left)} left" if left is not None else "estimate after the first trial"
+        estimate = f"~{format_duration(left)} left" if left is not None else "~? left"  # known after a trial
         return f"{format_duration(self.elapsed())} elapsed, {estimate}"
 
     def _best(self) -> str:

@@ -54,12 +54,12 @@ def test_trial_i_of_n_elapsed_estimate_and_best():
     clock = Clock()
     p = SearchProgress(4, clock=clock)
     assert p.status_line().endswith("| no best yet | preparing: checking the model, the device and the storage")
-    assert p.status_line().startswith("0:00 elapsed, estimate after the first trial | no best yet")
+    assert p.status_line().startswith("0:00 elapsed, ~? left | no best yet")
     clock.now += 5
     p.trial_started(7, CONFIG)  # a resumed study: its trial numbers go on
     clock.now += 30
     assert "| no best yet | trial 1/4 (#7, 0:30): amp=float32" in p.status_line()
-    assert "0:35 elapsed, estimate after the first trial" in p.status_line()
+    assert "0:35 elapsed, ~? left" in p.status_line()
     first = trial(7, 84933.0)
     p.trial_finished(first, SimpleNamespace(best=first))
     # One trial took 30 s: three more, about 1:30.

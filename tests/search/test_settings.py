@@ -39,7 +39,8 @@ def parsed(argv: list[str]) -> SearchSettings:
 def test_every_setting_is_an_option_of_search_and_every_option_a_setting():
     fields = [f.name for f in dataclasses.fields(SearchSettings)]
     params = [p.name for p in search.params]
-    assert sorted(params) == sorted(fields + ["devices", "as_json"])
+    # devices and as_json are the command's own; verbose is every command's (cli._options.verbose_option)
+    assert sorted(params) == sorted(fields + ["devices", "as_json", "verbose"])
     for name, option, _ in SearchSettings.options():
         assert option.worker in (PASS, PARENT, NEVER), name
         param = next(p for p in search.params if p.name == name)
