@@ -74,6 +74,7 @@ def test_an_hf_llama_with_a_checkpointed_block_and_forced_sdpa_is_measured():
     assert m.model["n_layer"] == 2 and m.tokens_per_sec > 0 and math.isfinite(m.final_loss)
 
 
+@pytest.mark.slow
 def test_a_factory_returning_a_plain_hf_model_is_measured():
     spec = RunSpec(model="tests.model.hf_factories:plain_gpt2", device="cpu", warmup=1, steps=2, min_time_s=0)
     m = measure(spec, TrainConfig(token_budget=256))

@@ -34,6 +34,7 @@ print(code, "torch" in sys.modules)
     ],
     ids=["bench-unknown", "bench-value", "bench-generate", "search-fix-unknown", "search-fix-value"],
 )
+@pytest.mark.slow
 def test_a_bad_knob_assignment_is_refused_in_one_line_before_torch_is_imported(tmp_path, args, named):
     args = [*args, "--model", "gpt2-tiny", "--device", "cpu"]
     done = subprocess.run(

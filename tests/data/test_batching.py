@@ -91,6 +91,7 @@ def test_collate_pads_labels_exactly_where_inputs_are_padding():
     check_alignment(input_ids, labels, items)
 
 
+@pytest.mark.slow
 def test_loader_batches_are_the_dataset_items(synthetic):
     """An epoch of the loader is the sampler's batches, every one (a zip over the first few
     passed with an empty or cut-short loader): row r of each holds its item r, no row more."""

@@ -30,6 +30,7 @@ def workdir(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["gpt2-tiny", "hf:gpt2-tiny"])
+@pytest.mark.slow
 def test_the_generation_snippets_run_as_written(name, workdir):
     torch.manual_seed(0)
     model = build_model(name).eval()

@@ -97,6 +97,7 @@ def test_the_training_loop_runs_a_cpu_recipe_on_hf_models(name, workdir):
 
 
 @pytest.mark.parametrize("name", ["gpt2-tiny", "hf:gpt2-tiny", "hf:llama-tiny"])
+@pytest.mark.slow
 def test_the_training_loop_runs_as_written(name, workdir):
     torch.manual_seed(0)
     model = build_model(name)

@@ -94,6 +94,7 @@ def test_a_user_model_without_the_seam_is_unsupported_before_anything_changes(kn
     assert not head_is_compiled(model)
 
 
+@pytest.mark.slow
 def test_a_user_model_takes_the_scopes_that_need_no_seam(aot_eager):  # nothing runs: no inductor
     for scope in ("blocks", "model"):
         model = make_llama()

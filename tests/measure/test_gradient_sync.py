@@ -5,6 +5,7 @@ sharded gradients unset until the step's last backward reduce-scatters them."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from autotune.config import TrainConfig
@@ -64,6 +65,7 @@ def test_ddp_reduces_only_on_the_last_micro_batch(one_rank_group):
     assert len(calls) == per_backward and step.optimizer_steps == 1
 
 
+@pytest.mark.slow
 def test_fsdp2_reduce_scatters_only_on_the_last_micro_batch(one_rank_group):
     cfg = TrainConfig(parallelism="fsdp2")
     torch.manual_seed(0)

@@ -261,6 +261,7 @@ def test_token_budget_sets_the_tokens_of_each_step(run_small):
     assert max(rows * width for rows, width in padded) > 1024 - 128  # the budget is filled
 
 
+@pytest.mark.slow
 def test_batching_mode_sets_the_padding(run_small):
     fixed, fixed_shapes = run_small(batching="fixed", token_budget=1024)
     padded, padded_shapes = run_small(batching="padded", token_budget=1024)

@@ -48,6 +48,7 @@ def test_a_token_cannot_attend_across_a_document_boundary(model):
 
 
 @torch.no_grad()
+@pytest.mark.slow
 def test_a_document_attends_as_if_it_started_the_window(model):
     """The first document's outputs equal a causal run over it alone (positions agree too,
     as it starts the window): nothing of what follows leaks back, and the mask is causal."""

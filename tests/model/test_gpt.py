@@ -23,6 +23,7 @@ def expected_params(n_layer: int, d: int, vocab: int, ctx: int) -> int:
 @pytest.mark.parametrize(
     "name, millions", [("gpt2", 124), ("gpt2-medium", 355), ("gpt2-large", 774), ("gpt2-xl", 1558)]
 )
+@pytest.mark.slow
 def test_real_sizes_have_gpt2_parameter_counts(name, millions):
     model = meta_model(name)
     cfg = MODEL_SIZES[name]

@@ -203,6 +203,7 @@ def test_a_model_that_breaks_the_call_contract_is_told_the_contract():
 # --- the KV cache, save_pretrained / from_pretrained ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_apply_to_model_turns_the_cache_off_for_training_and_keeps_save_pretrained(tmp_path):
     model = hf_gpt2()
     keys = list(model.state_dict())

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from autotune.present.compare import compare_views, comparison_rows, view_study
 from autotune.present.importance import MIN_IMPORTANCE_TRIALS, importance_trials, knob_importance
 from autotune.present.report import report_sections
@@ -18,6 +20,7 @@ def section(study) -> list:
     return next(s for s in report_sections(study, summarize(study), knob_importance(study)) if "importance" in s.title)
 
 
+@pytest.mark.slow
 def test_ten_trials_rank_no_knob():
     study = synthetic_study("sqlite:///:memory:", n=15)
     assert len(importance_trials(study.get_trials())) == 10 < MIN_IMPORTANCE_TRIALS
@@ -31,6 +34,7 @@ def test_ten_trials_rank_no_knob():
     assert cells and not any("%" in c for c in cells) and any("too few trials (10)" in c for c in cells)
 
 
+@pytest.mark.slow
 def test_enough_trials_rank_the_knobs_with_their_spread():
     study = synthetic_study("sqlite:///:memory:", n=60)
     n = len(importance_trials(study.get_trials()))

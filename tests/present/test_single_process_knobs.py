@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import optuna
+import pytest
 
 from autotune import registry
 from autotune.present.summaries import best_table
@@ -21,6 +22,7 @@ def named(text: str) -> list[str]:
     return [name for name in RANKS_ONLY if name in text]
 
 
+@pytest.mark.slow
 def test_a_single_process_study_names_no_multi_rank_knob(tmp_path):
     assert len(RANKS_ONLY) == 6
     url = f"sqlite:///{tmp_path / 's.db'}"
@@ -37,6 +39,7 @@ def test_a_single_process_study_names_no_multi_rank_knob(tmp_path):
     assert named(compare.output) == []
 
 
+@pytest.mark.slow
 def test_a_study_of_two_ranks_still_names_them(tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
     synthetic_study(url, "ddp")

@@ -53,6 +53,7 @@ def test_the_env_export_is_shell_that_sets_it():
 
 
 @pytest.mark.parametrize("fmt", ["hf", "lightning"])
+@pytest.mark.slow
 def test_the_python_exports_set_it_before_anything_else(fmt, monkeypatch):
     text = render(make_recipe(expandable_segments=True), fmt)
     monkeypatch.setitem(os.environ, ON, "")  # restored (unset) after the test

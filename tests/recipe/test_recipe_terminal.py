@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
+
 from autotune.errors import RecipeEnvironmentWarning
 from autotune.recipe import Recipe
 from tests.helpers import cpu_recipe, invoke, save_recipe, synthetic_study
@@ -46,6 +48,7 @@ def test_export_of_a_recipe_says_where_it_was_measured_in_one_escaped_line(tmp_p
         assert len(said) == 1 and "\\x1b[2J\\nFAKE LINE" in said[0], result.output
 
 
+@pytest.mark.slow
 def test_a_studys_hardware_name_reaches_no_terminal_raw(tmp_path, monkeypatch):
     """`report` put it in its figures' titles, and matplotlib warned of the missing ESC glyph
     with the ESC itself; `show` and `compare` print it in their tables."""

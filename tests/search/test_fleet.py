@@ -164,6 +164,7 @@ def test_worker_command_is_accepted_by_the_search_command(tmp_path):
     assert result.exit_code == 2 and "unknown model 'no-such-model'" in result.stderr, result.output
 
 
+@pytest.mark.slow
 def test_devices_parent_sets_up_the_study_once_warns_on_sqlite_and_sums_up(tmp_path, monkeypatch, caplog):
     """The --devices parent end to end, with four fake GPUs: NVML answers with fake UUIDs, the
     context is the CPU's, and the workers are not started (supervise is replaced): the study is

@@ -62,6 +62,7 @@ def test_a_resumed_study_keeps_its_global_batch_and_refuses_another(tmp_path, mo
     assert calls and all(spec.global_batch_tokens == 4096 for spec, _ in calls)
 
 
+@pytest.mark.slow
 def test_a_study_made_without_a_global_batch_refuses_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fake_trials(monkeypatch)

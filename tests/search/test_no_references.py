@@ -38,6 +38,7 @@ def test_no_references_opens_a_study_without_them_and_the_summary_says_no_speedu
     assert summary["speedup_vs_baseline"] is None and summary["speedup_vs_checklist"] is None
 
 
+@pytest.mark.slow
 def test_by_default_a_new_study_opens_with_both(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fake_trials(monkeypatch)

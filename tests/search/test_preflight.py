@@ -90,6 +90,7 @@ def test_a_recipe_path_naming_a_folder_is_refused(tmp_path, monkeypatch):
     )
 
 
+@pytest.mark.slow
 def test_a_disk_filling_up_at_the_end_is_one_line_and_leaves_no_temporary_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fake_trials(monkeypatch)

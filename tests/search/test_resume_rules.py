@@ -89,6 +89,7 @@ def test_resuming_with_another_number_of_ranks_is_refused(tmp_path, monkeypatch)
         assert files_under(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_the_default_study_name_says_how_many_ranks(tmp_path, monkeypatch):
     """A search of 1 rank and one of 2 of a model in one folder are two studies (issue D, #9:
     they shared `gpt2-tiny-cpu`, and the second was refused naming two space hashes); a single
@@ -114,6 +115,7 @@ def test_resuming_with_another_timed_window_is_refused(resumable, args, said):
     assert result.exit_code == 2 and said in result.stderr, result.output
 
 
+@pytest.mark.slow
 def test_resuming_without_a_limit_keeps_the_studys(resumable):
     result = search("--n-trials", "1")
     assert result.exit_code == 0, result.output
@@ -189,6 +191,7 @@ def test_ctrl_c_during_study_creation_leaves_a_whole_study(tmp_path, monkeypatch
     assert waits == []  # resumed at once: it never waited for a creator
 
 
+@pytest.mark.slow
 def test_a_half_made_study_of_a_dead_creator_is_set_up_at_once(tmp_path, monkeypatch):
     """A study created by a process that was then killed (kill -9) before setting it up: the
     next run sees its creator is gone and sets it up, without waiting JOIN_WAIT_S."""

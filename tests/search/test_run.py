@@ -21,6 +21,7 @@ from autotune.trial.runner import TrialResult
 from tests.helpers import STUDY, ok_measurement, search_settings
 
 
+@pytest.mark.slow
 def test_ctrl_c_records_the_trial_and_keeps_the_best_so_far(workdir, monkeypatch):
     def fake_run_trial(spec, cfg, **kwargs):
         if cfg.batching == "fixed":  # the baseline reference: measured

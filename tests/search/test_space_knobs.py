@@ -52,6 +52,7 @@ def sampled(space, n: int = 300, seed: int = 0) -> list[tuple[dict, TrainConfig]
     "n_layer, counts",
     [(12, (0, 12)), (24, (0, 6, 12, 18, 24)), (36, (0, 9, 18, 27, 36)), (48, (0, 12, 24, 36, 48))],
 )
+@pytest.mark.slow
 def test_gpt2_space_checkpoints_none_or_all_unless_deep(n_layer, counts):
     space = load_space(GPT2_SPACE, n_layer=n_layer, seq_len=1024)
     assert space.checkpoint.count.choices == counts

@@ -64,6 +64,7 @@ def test_a_missing_file_is_a_usage_error(tmp_path):
     assert not (tmp_path / "nope.db").exists()
 
 
+@pytest.mark.slow
 def test_reopening_a_storage_does_not_read_optunas_migration_scripts_again(tmp_path, monkeypatch):
     """Optuna's own schema check reads its alembic migration scripts on every open (tens of ms:
     each defines its tables again); the newest schema they name depends only on the installed

@@ -69,6 +69,7 @@ def commands(db, tmp_path):
 
 @pytest.mark.parametrize("damage", DAMAGES)
 @pytest.mark.parametrize("command", ["show", "show --json", "export", "report", "compare"])
+@pytest.mark.slow
 def test_a_damaged_trial_is_skipped_with_one_warning_by_every_command(
     clean_db, tmp_path, monkeypatch, caplog, command, damage
 ):

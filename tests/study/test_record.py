@@ -106,6 +106,7 @@ def test_every_presenter_shows_the_confirmed_mean_and_points_at_the_recipes_tria
     assert top[0] == f"#{best.number} (best)" and top[2].startswith("1,190")
 
 
+@pytest.mark.slow
 def test_a_hand_edited_figure_that_is_not_finite_is_no_measurement_and_never_the_best(tmp_path, monkeypatch):
     """Issue D, E03/E05: a study edited by hand (an objective of +inf on the slowest trial, a tokens/s
     of NaN) made the slowest trial the recipe and printed "best nan tok/s". A figure that is not
