@@ -69,8 +69,6 @@ class Residual:
     tau: float
     alpha: np.ndarray  # K^-1 (residuals), K = tau^2 C + noise^2
     k_inv: np.ndarray
-    residuals: np.ndarray
-    noise_var: np.ndarray
 
     def predict(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance of the residual at each configuration (latent: no measurement noise)."""
@@ -90,12 +88,11 @@ class Residual:
 def fit_residual(codes: np.ndarray, residuals: np.ndarray, noise_var: np.ndarray, tau: float) -> Residual:
     """The GP of `residuals` (with their noise variances) at amplitude `tau`."""
     if len(residuals) == 0:
-        empty = np.zeros(0)
-        return Residual(codes, tau, empty, np.zeros((0, 0)), empty, empty)
+        return Residual(codes, tau, np.zeros(0), np.zeros((0, 0)))
     gram = tau**2 * np.exp(-differing(codes, codes) / LENGTH) + np.diag(noise_var)
     k_inv = np.linalg.inv(gram)
     k_inv = (k_inv + k_inv.T) / 2
-    return Residual(codes, tau, k_inv @ residuals, k_inv, residuals, noise_var)
+    return Residual(codes, tau, k_inv @ residuals, k_inv)
 
 
 def amplitude(errors: np.ndarray, noise_var: np.ndarray, floor: float, *, robust: bool) -> float:

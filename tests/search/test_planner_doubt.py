@@ -126,6 +126,12 @@ def test_a_best_at_the_memory_edge_is_measured_not_excluded():
     proposal = planner.propose(records)
     assert proposal.config["token_budget"] == 65536  # ... and it is measured all the same
     assert np.isfinite(proposal.p_fit)
+    # Two configurations of the study went over the limit: no more edges, only the likely.
+    from tests.search.test_planner import record
+
+    over = [{**BASE, "amp_dtype": "float32", "sdpa_backend": "math", "token_budget": b} for b in (65536, 131072)]
+    missed = records + [record(4 + i, c, limit=limit, outcome=outcomes.OOM) for i, c in enumerate(over)]
+    assert planner.propose(missed).p_fit >= planner_module.MIN_FIT
 
 
 def test_a_search_ended_by_its_budget_while_the_model_mispredicts_says_it_did_not_settle():
