@@ -1,9 +1,11 @@
-"""What the commands share: options defined once (as decorators), the ParamTypes that read
+"""What the commands share: options made from their one declaration (`search.settings`: the
+options of every command that runs the model are `search`'s), the ParamTypes that read numbers,
 memory sizes, durations and fractions, and JSON output."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -15,7 +17,6 @@ from typing import Any, Callable, Iterator
 import click
 
 from autotune import units
-from autotune.config import MAX_GLOBAL_BATCH_TOKENS, MAX_MIN_TIME_S, MAX_SEED, MAX_SEQ_LEN, MAX_STEPS
 from autotune.errors import UsageError, printable
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -79,13 +80,6 @@ def _number(text: str, *, integer: bool) -> float | None:
     return int(text) if integer else float(text)
 
 
-STEPS = Number(2, MAX_STEPS)  # a timed window needs two steps (a median, a spread)
-PROFILED_STEPS = Number(1, MAX_STEPS)
-WARMUP = Number(0, MAX_STEPS)
-MIN_TIME = Number(0, MAX_MIN_TIME_S, integer=False)
-SEQ_LEN = Number(2, MAX_SEQ_LEN)
-SEED = Number(0, MAX_SEED)  # what numpy's and torch's generators take
-GLOBAL_BATCH_TOKENS = Number(1, MAX_GLOBAL_BATCH_TOKENS)
 LIST_LIMIT = Number(1, 1_000_000)
 PORT = Number(1, 65535)
 
@@ -158,59 +152,6 @@ verbose_option = click.option(
     help="Log what autotune decides (tokenizer, NVML, ...).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-device_option = click.option(
-    "--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda or cuda:N."
-)
-warmup_option = click.option(
-    "--warmup", type=WARMUP, default=3, show_default=True, help="Warm-up steps (compile happens here)."
-)
-steps_option = click.option("--steps", type=STEPS, default=20, show_default=True, help="Timed steps, at least.")
-min_time_option = click.option(
-    "--min-time",
-    type=MIN_TIME,
-    default=2.0,
-    show_default=True,
-    help="Time the steps for at least this many seconds too (more steps on a fast device).",
-)
-memory_limit_option = click.option(
-    "--memory-limit",
-    type=MEMORY_SIZE,
-    default=None,
-    help="Peak memory a configuration may use, e.g. 60GiB (GPU memory via NVML; peak RSS on CPU).",
-)
-global_batch_option = click.option(
-    "--global-batch-tokens",
-    type=GLOBAL_BATCH_TOKENS,
-    default=None,
-    metavar="N",
-    help="Tokens (positions, padding included) per optimizer step, reached by gradient accumulation over "
-    "micro-batches of the token budget, which must divide N (default: one micro-batch per step). tokens/s "
-    "counts every micro-step.",
-)
-
-run_options = _stack(
-    click.option(
-        "--model",
-        default="gpt2-tiny",
-        show_default=True,
-        help="gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt2-tiny; a Hugging Face model from its config (random "
-        "weights, nothing downloaded): hf:gpt2 ... hf:gpt2-xl, hf:gpt2-tiny, hf:llama-tiny, hf:smollm-135m, or "
-        "hf:PATH (a local config directory); or package.module:factory.",
-    ),
-    device_option,
-    click.option(
-        "--data",
-        default="synthetic",
-        show_default=True,
-        help="synthetic, or a PATH.bin (uint16 tokens), PATH.txt or PATH.jsonl file.",
-    ),
-    click.option("--seq-len", type=SEQ_LEN, default=None, help="Context length (default: the model's)."),
-    warmup_option,
-    steps_option,
-    min_time_option,
-    click.option("--seed", type=SEED, default=0, show_default=True, help="Seed for weights and data."),
-)
-"""What to run and on what: every command that runs the model."""
 
 study_options = _stack(
     click.option("--study", default=None, help="Study name."),
@@ -219,20 +160,21 @@ study_options = _stack(
 """Which stored study: show, export, report, dashboard."""
 
 
-def settings_subset(settings_cls: Any, names: tuple[str, ...]) -> Callable[[Callable], Callable]:
-    """The click options of some fields of a settings dataclass, declared there once (`bench`
-    takes the generation workload's options of `search`)."""
-    return _stack(*(_click_option(n, option, default) for n, option, default in settings_cls.options() if n in names))
+def settings_options(settings_cls: Any, *names: str, **changes: dict[str, Any]) -> Callable[[Callable], Callable]:
+    """The click options of a settings dataclass's fields (`search.settings.SearchSettings`), each
+    made from the `Option` in its metadata: every field in declaration order, or the fields
+    named, in that order (`bench`, `verify`, `profile` and `doctor` take those they share with
+    `search`). `changes[name]`, a named override, replaces `default` or `Option` fields of that
+    one (profile's `--steps` counts profiled steps from 1). The command receives them by field
+    name (`settings_cls.from_options(values)`)."""
+    declared = {name: (option, default) for name, option, default in settings_cls.options()}
+    picked = [(name, *declared[name], changes.get(name, {})) for name in names or declared]
+    return _stack(*(_click_option(*option) for option in picked))
 
 
-def settings_options(settings_cls: Any) -> Callable[[Callable], Callable]:
-    """The click options of every field of a settings dataclass (`search.settings.SearchSettings`),
-    each made from the `Option` in its metadata, in declaration order; the command receives them
-    by field name (`settings_cls.from_options(values)`)."""
-    return _stack(*(_click_option(name, option, default) for name, option, default in settings_cls.options()))
-
-
-def _click_option(name: str, option: Any, default: Any) -> Callable:
+def _click_option(name: str, option: Any, default: Any, change: dict[str, Any]) -> Callable:
+    default = change.get("default", default)
+    option = dataclasses.replace(option, **{field: value for field, value in change.items() if field != "default"})
     common = {"help": option.help, "hidden": option.hidden}
     if option.kind == "flag":
         return click.option(option.flag, name, is_flag=True, default=False, **common)

@@ -6,20 +6,12 @@ import sys
 
 import click
 
-from autotune.cli._options import (
-    CONTEXT_SETTINGS,
-    emit_json,
-    global_batch_option,
-    json_option,
-    memory_limit_option,
-    run_options,
-    say,
-    settings_subset,
-    stdout_to_stderr,
-)
+from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, say, settings_options, stdout_to_stderr
 from autotune.search.settings import SearchSettings
 
-# The generation workload's options, declared once with `search`'s (search.settings).
+# What to run and on what: `search`'s options (search.settings), declared there once.
+RUN_OPTIONS = ("model", "device", "data", "seq_len", "warmup", "steps", "min_time_s", "seed")
+# The generation workload's options, declared once with `search`'s too.
 GENERATION_OPTIONS = ("task", "prompt_len", "prompts", "new_tokens", "agree_tokens")
 
 PROBE_TIMEOUT_S = 300.0
@@ -73,7 +65,7 @@ def _run_spec(
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@run_options
+@settings_options(SearchSettings, *RUN_OPTIONS)
 @click.option(
     "--batching",
     type=click.Choice(["fixed", "padded", "packed"]),
@@ -87,9 +79,7 @@ def _run_spec(
     metavar="KNOB=VALUE",
     help="Set a knob, e.g. --set amp_dtype=bfloat16 (repeatable).",
 )
-@memory_limit_option
-@global_batch_option
-@settings_subset(SearchSettings, GENERATION_OPTIONS)
+@settings_options(SearchSettings, "memory_limit_bytes", "global_batch_tokens", *GENERATION_OPTIONS)
 @json_option
 def bench(
     model,
@@ -98,11 +88,11 @@ def bench(
     seq_len,
     warmup,
     steps,
-    min_time,
+    min_time_s,
     seed,
     batching,
     assignments,
-    memory_limit,
+    memory_limit_bytes,
     global_batch_tokens,
     as_json,
     **generation,
@@ -120,7 +110,9 @@ def bench(
     if generation["task"] == "generate":
         trained = {"--batching": batching, "--data": data != "synthetic", "--seq-len": seq_len}
         _refuse_given({**trained, "--global-batch-tokens": global_batch_tokens}, "--task train (the default)")
-        _bench_generation(model, device, warmup, steps, min_time, seed, assignments, memory_limit, as_json, generation)
+        _bench_generation(
+            model, device, warmup, steps, min_time_s, seed, assignments, memory_limit_bytes, as_json, generation
+        )
         return
     flags = {"prompt_len": "--prompt-len", "prompts": "--prompts", "new_tokens": "--new-tokens"}
     flags["agree_tokens"] = "--agree-tokens"
@@ -143,7 +135,9 @@ def bench(
     from autotune.measure.loop import measure  # torch
     from autotune.present.summaries import format_measurement
 
-    spec = _run_spec(model, device, data, seq_len, warmup, steps, min_time, seed, memory_limit, global_batch_tokens)
+    spec = _run_spec(
+        model, device, data, seq_len, warmup, steps, min_time_s, seed, memory_limit_bytes, global_batch_tokens
+    )
     with stdout_to_stderr(as_json):  # the model's prints: stdout is for the JSON alone
         result = measure(spec, cfg)
     if as_json:

@@ -6,11 +6,12 @@ import sys
 
 import click
 
-from autotune.cli._options import CONTEXT_SETTINGS, device_option, emit_json, json_option
+from autotune.cli._options import CONTEXT_SETTINGS, emit_json, json_option, settings_options
+from autotune.search.settings import SearchSettings
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
-@device_option
+@settings_options(SearchSettings, "device")
 @json_option
 def doctor(device: str, as_json: bool) -> None:
     """Check this machine in a few seconds: versions (torch, CUDA, driver, NVML), the GPU, its

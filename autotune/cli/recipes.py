@@ -9,42 +9,38 @@ import click
 
 from autotune.cli._options import (
     CONTEXT_SETTINGS,
-    DURATION,
     FRACTION,
-    PROFILED_STEPS,
-    device_option,
     emit_json,
     json_option,
-    min_time_option,
     say,
+    settings_options,
     stdout_to_stderr,
-    steps_option,
     study_options,
-    warmup_option,
 )
 from autotune.device.disk import check_output_folder, check_writable, write_text_atomic
 from autotune.errors import UsageError, printable
+from autotune.search.settings import SearchSettings
 
-model_override_options = [
-    click.option(
-        "--model",
-        "model",
-        default=None,
-        help="Build this model instead of the one the recipe names (gpt2, ..., or package.module:factory).",
-    ),
-    click.option(
-        "--allow-model-import",
-        is_flag=True,
-        help="Let the recipe's own package.module:factory model be imported and run (only for recipes you "
-        "trust: it is code). Without it such a recipe is refused; autotune's own models need nothing.",
-    ),
-]
+# What verify and profile mean by an option of `search` (search.settings) where it differs: named
+# overrides of its one declaration, never a copy (tests/cli/test_shared_options.py).
+RECIPES_MODEL = {
+    "default": None,
+    "help": "Build this model instead of the one the recipe names (gpt2, ..., or package.module:factory).",
+}
+RECIPES_DATA = {"default": None, "help": "Data to measure on (default: the recipe's)."}
+PROFILED_STEPS = {"minimum": 1, "help": "Profiled steps."}  # no spread is taken: one step will do
+VERIFY_TIMEOUT = {
+    "default": 1800.0,
+    "show_default": True,
+    "help": "Kill the measuring process after this long (seconds, or e.g. 30m).",
+}
 
-
-def model_options(command):
-    for option in reversed(model_override_options):
-        command = option(command)
-    return command
+allow_model_import_option = click.option(
+    "--allow-model-import",
+    is_flag=True,
+    help="Let the recipe's own package.module:factory model be imported and run (only for recipes you "
+    "trust: it is code). Without it such a recipe is refused; autotune's own models need nothing.",
+)
 
 
 def load_recipe(path: str, device: str):
@@ -137,7 +133,7 @@ def export(recipe_file, study, storage, output, fmt) -> None:
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
-@device_option
+@settings_options(SearchSettings, "device")
 @click.option(
     "--tolerance",
     type=FRACTION,
@@ -145,17 +141,8 @@ def export(recipe_file, study, storage, output, fmt) -> None:
     help="Pass when measured tokens/s >= (1 - tolerance) x recorded; 5% or 0.05. Default: 5% on a GPU, "
     "15% on a CPU, whose run-to-run spread is larger (see docs/benchmarks.md, measurement fidelity).",
 )
-@steps_option
-@warmup_option
-@min_time_option
-@click.option("--data", default=None, help="Data to measure on (default: the recipe's).")
-@click.option(
-    "--timeout",
-    "timeout_s",
-    type=DURATION,
-    default=1800.0,
-    show_default=True,
-    help="Kill the measuring process after this long (seconds, or e.g. 30m).",
+@settings_options(
+    SearchSettings, "steps", "warmup", "min_time_s", "data", "timeout_s", data=RECIPES_DATA, timeout_s=VERIFY_TIMEOUT
 )
 @click.option(
     "--soak",
@@ -164,7 +151,8 @@ def export(recipe_file, study, storage, output, fmt) -> None:
     "report throughput and peak memory per window; FAIL when memory is above the limit less the recipe's "
     "headroom, or still grows in the second half at a rate that would reach it within 10x the run.",
 )
-@model_options
+@settings_options(SearchSettings, "model", model=RECIPES_MODEL)
+@allow_model_import_option
 @json_option
 @click.pass_context
 def verify(
@@ -174,7 +162,7 @@ def verify(
     tolerance,
     steps,
     warmup,
-    min_time,
+    min_time_s,
     data,
     timeout_s,
     soak,
@@ -216,7 +204,7 @@ def verify(
         tolerance=tol,
         steps=steps,
         warmup=warmup,
-        min_time_s=min_time,
+        min_time_s=min_time_s,
         data=data,
         timeout_s=timeout_s,
         model=model,
@@ -231,12 +219,10 @@ def verify(
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("recipe_path", metavar="RECIPE", type=click.Path(dir_okay=False))
-@device_option
-@click.option("--steps", type=PROFILED_STEPS, default=20, show_default=True, help="Profiled steps.")
-@warmup_option
-@click.option("--data", default="synthetic", show_default=True, help="synthetic, or a .bin/.txt/.jsonl file.")
+@settings_options(SearchSettings, "device", "steps", "warmup", "data", steps=PROFILED_STEPS)
 @click.option("--out", "out_dir", default=None, help="Directory for trace.json (default: profiles/<recipe name>).")
-@model_options
+@settings_options(SearchSettings, "model", model=RECIPES_MODEL)
+@allow_model_import_option
 @json_option
 def profile(recipe_path, device, steps, warmup, data, out_dir, model, allow_model_import, as_json) -> None:
     """Profile RECIPE's training step: where the time goes (data wait, attention, matmuls,

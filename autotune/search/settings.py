@@ -1,7 +1,8 @@
 """`autotune search`'s settings, each declared once: a `SearchSettings` field whose metadata is
 its command-line option (`Option`: flags, help, kind). The click options of `autotune search`
-(`cli._options.settings_options`) and the argv of a `--devices` worker (`worker_argv`) are made
-from these fields; tests/search/test_settings.py checks both round-trip.
+and those `bench`, `verify`, `profile` and `doctor` share with it (`cli._options.settings_options`)
+and the argv of a `--devices` worker (`worker_argv`) are made from these fields;
+tests/search/test_settings.py checks both round-trip.
 
 A worker gets every setting the parent was given (`worker="pass"`), except what the parent
 resolves for all workers alike (`worker="parent"`: the study's name, its memory limit in bytes,
@@ -108,7 +109,7 @@ class SearchSettings:
             show_default=True,
         ),
     )
-    steps: int = setting(
+    steps: int = setting(  # a timed window needs two steps (a median, a spread)
         20, Option("--steps", "Timed steps, at least.", "int", minimum=2, maximum=MAX_STEPS, show_default=True)
     )
     min_time_s: float = setting(
@@ -122,10 +123,15 @@ class SearchSettings:
             show_default=True,
         ),
     )
-    seed: int = setting(
+    seed: int = setting(  # what numpy's and torch's generators take
         0,
         Option(
-            "--seed", "Seed for weights, data and the sampler.", "int", minimum=0, maximum=MAX_SEED, show_default=True
+            "--seed",
+            "Seed for weights and data (and, in search, the sampler).",
+            "int",
+            minimum=0,
+            maximum=MAX_SEED,
+            show_default=True,
         ),
     )
     study: str | None = setting(

@@ -34,7 +34,7 @@ JSON_KEYS = {
 
 
 def bench(*args: str):
-    return invoke("bench", "--device", "cpu", "--min-time", "0", *args)
+    return invoke("bench", "--model", "gpt2-tiny", "--device", "cpu", "--min-time", "0", *args)
 
 
 @pytest.mark.process

@@ -104,7 +104,8 @@ def test_bench_in_its_own_process_measures_the_gpu_it_describes(monkeypatch):
     )
     machine = FakeMachine([a10, FakeGpu(speed=10)])
     with fake_gpu_machine(monkeypatch, machine) as cuda:
-        args = ["bench", "--device", "cuda:0", "--steps", "2", "--warmup", "0", "--min-time", "0", "--json"]
+        args = ["bench", "--model", "gpt2-tiny", "--device", "cuda:0", "--steps", "2", "--warmup", "0", "--json"]
+        args += ["--min-time", "0"]
         args += ["--set", "token_budget=256", "--set", "batching=fixed"]  # CFG: one batch shape to warm up
         result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
