@@ -68,8 +68,8 @@ def fake_trials(
         m.outcome, m.reason = outcome, reason
         return TrialResult(outcome, reason, m, 0.1, {"total": 0.1})
 
-    monkeypatch.setattr("autotune.search.objective.run_trial", run_trial)
-    monkeypatch.setattr("autotune.search.confirm.run_trial", run_trial)
+    monkeypatch.setattr("autotune.search.training.run_trial", run_trial)
+    monkeypatch.setattr("autotune.search.training.run_trial", run_trial)
     monkeypatch.setattr("autotune.search.scaling.run_trial", run_trial)  # a study of N ranks: the best on one
 
 
@@ -84,8 +84,8 @@ def refused(tmp_path: Path, monkeypatch, *args: str, code: int = 2) -> str:
     def no_trial(*args, **kwargs):
         raise AssertionError("a refused run must not run a trial")
 
-    monkeypatch.setattr("autotune.search.objective.run_trial", no_trial)
-    monkeypatch.setattr("autotune.search.confirm.run_trial", no_trial)
+    monkeypatch.setattr("autotune.search.training.run_trial", no_trial)
+    monkeypatch.setattr("autotune.search.training.run_trial", no_trial)
     before = files_under(tmp_path)
     result = CliRunner().invoke(main, list(args))
     assert result.exit_code == code, (result.exit_code, result.output, result.exception)

@@ -24,7 +24,7 @@ def larger_than_a_page(m) -> None:
 
 
 def install() -> None:
-    import autotune.search.objective
+    import autotune.search.training
     from autotune.trial.runner import TrialResult
     from tests.attack_helpers import measurement
 
@@ -42,7 +42,7 @@ def install() -> None:
             larger_than_a_page(m)
         return TrialResult("ok", None, m)
 
-    autotune.search.objective.run_trial = run_trial
+    autotune.search.training.run_trial = run_trial
 
 
 def _hold(where: Path) -> None:

@@ -282,13 +282,13 @@ def tiny_spec(**changes) -> RunSpec:
 
 
 def tiny_context():
-    """The StudyContext of a gpt2-tiny study on tests/spaces/tiny.yaml."""
+    """The training task of a gpt2-tiny study on tests/spaces/tiny.yaml."""
     from autotune.device import describe
+    from autotune.search.training import TrainTask
     from autotune.space.file import load_space
-    from autotune.study.lifecycle import StudyContext
 
     spec = RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=4, min_time_s=0, memory_limit_bytes=2 * GiB)
-    return StudyContext(
+    return TrainTask(
         spec=spec,
         device=describe("cpu"),
         space=load_space(TINY_SPACE, n_layer=2, seq_len=128),

@@ -64,10 +64,6 @@ def search(devices, as_json, **values) -> None:
             from autotune.search.fleet import run_workers
 
             result = run_workers(settings, devices, as_json=as_json)
-        elif settings.task == "generate":
-            from autotune.search.generate import run_generate_search
-
-            result = run_generate_search(settings, reporter)
         else:
             result = run_search(settings, reporter)
     except SearchStopped as stop:

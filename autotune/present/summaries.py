@@ -279,7 +279,7 @@ def search_summary(result) -> str:
     summary = result.summary
     lines = [
         f"study {printable(summary.name)}: {len(summary.trials)} trials ({counts_text(summary.counts)}); "
-        f"memory limit {format_bytes(result.context.memory_limit_bytes)}"
+        f"memory limit {format_bytes(result.task.memory_limit_bytes)}"
     ]
     generation = is_generation(summary)
     for name, ref in (("baseline", summary.baseline), ("cure" if generation else "checklist", summary.checklist)):
@@ -347,8 +347,8 @@ def summary_json(result) -> dict[str, Any]:
     return {
         "study": s.name,
         "storage": redact(result.storage_url),
-        "memory_limit_bytes": result.context.memory_limit_bytes,
-        "device": result.context.device.to_dict(),
+        "memory_limit_bytes": result.task.memory_limit_bytes,
+        "device": result.task.device.to_dict(),
         "counts": s.counts,
         "best": _trial_json(s.best) | {"measurement": s.best.measurement.to_dict() if s.best.measurement else None}
         if s.best

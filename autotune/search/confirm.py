@@ -6,18 +6,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from autotune.config import GenerateConfig, GenerateSpec, TrainConfig
 from autotune.measure.outcomes import Outcome
 from autotune.study.leaders import Candidate, to_remeasure
 from autotune.study.record import Confirmation, confirmation_key, read_trials
-from autotune.trial.generate import run_generation_trial
-from autotune.trial.runner import TrialResult, run_trial
 
 if TYPE_CHECKING:
     import optuna
 
+    from autotune.search.task import Task
 
-def confirm_leaders(study: "optuna.Study", top: Sequence[Candidate], ctx, reporter=None) -> list[int]:
+
+def confirm_leaders(study: "optuna.Study", top: Sequence[Candidate], task: "Task", reporter=None) -> list[int]:
     """Re-measure the leaders (`StudySummary.leaders`) the rule asks for, each in a fresh
     process, once per study (kept as study attrs: a resumed study does not measure the same
     trial again). Returns the trials re-measured now."""
@@ -27,7 +26,7 @@ def confirm_leaders(study: "optuna.Study", top: Sequence[Candidate], ctx, report
     for index, candidate in enumerate(pending, 1):
         if reporter is not None:  # run k of n: the progress display estimates what is left from it
             reporter.confirming(candidate.number, index, len(pending))
-        result = _remeasure(ctx, trials[candidate.number].config)
+        result = task.measure(task.config_type.from_dict(trials[candidate.number].config))
         m = result.measurement
         confirmation = Confirmation(
             Outcome.read(result.outcome),
@@ -39,13 +38,3 @@ def confirm_leaders(study: "optuna.Study", top: Sequence[Candidate], ctx, report
         study.set_user_attr(confirmation_key(candidate.number), confirmation.to_dict())
         done.append(candidate.number)
     return done
-
-
-def _remeasure(ctx, config: dict) -> TrialResult:
-    """A trial's configuration measured again in a fresh process: a training step, or a
-    generation study's generation (its context's spec says which)."""
-    if isinstance(ctx.spec, GenerateSpec):
-        return run_generation_trial(
-            ctx.spec, GenerateConfig.from_dict(config), timeout_s=ctx.trial_timeout_s, device=ctx.device
-        )
-    return run_trial(ctx.spec, TrainConfig.from_dict(config), timeout_s=ctx.trial_timeout_s, device=ctx.device)

@@ -210,7 +210,7 @@ def run_workers(settings, devices_text: str, *, as_json: bool = False):
     # Validates everything, creates or resumes the study (reference trials and warm start
     # enqueued once) and fails a dead tuner's trials once, here, rather than racing in every worker.
     opened = open_search(replace(settings, device=f"cuda:{devices[0].index}"))
-    study, ctx, name, url, is_new = opened.study, opened.ctx, opened.name, opened.url, opened.is_new
+    study, ctx, name, url, is_new = opened.study, opened.task, opened.name, opened.url, opened.is_new
     if len(devices) > 1 and is_sqlite(url):
         log.warning("%d workers on %s. %s", len(devices), redact(url), SQLITE_WORKERS_WARNING)
     plans = plan_workers(

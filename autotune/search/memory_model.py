@@ -406,7 +406,7 @@ def skip_prediction(
 
 
 def memory_context(ctx: Any) -> MemoryContext:
-    """The memory model's context for a study (`study.lifecycle.StudyContext`)."""
+    """The memory model's context for a study (`search.training.TrainTask`)."""
     return MemoryContext.of(
         ctx.device.kind, model=ctx.spec.model, n_layer=ctx.space.n_layer, seq_len=ctx.space.seq_len, dims=ctx.model_dims
     )

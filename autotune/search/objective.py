@@ -5,32 +5,26 @@ running (`predicted_over_limit`, see `search.memory_model`)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import os
 import socket
-from typing import Callable
+from typing import Any, Callable
 
 import optuna
 from optuna.trial import TrialState
 
-from autotune.config import TrainConfig
-from autotune.errors import DiskFull, UnsupportedConfig, UsageError
-from autotune.knobs.support import check_supported
+from autotune.errors import DiskFull, UsageError
 from autotune.measure import outcomes
 from autotune.search.memory_model import memory_context, skip_prediction
-from autotune.search.references import reference_config
 from autotune.search.sampler import PlannerSampler
-from autotune.space.sampling import suggest
+from autotune.search.task import Task
 from autotune.study import record
 from autotune.study.leaders import objective_value
-from autotune.study.lifecycle import StudyContext
 from autotune.study.record import read_trials
 from autotune.study.references import REFERENCE_ATTR
 from autotune.study.storage_errors import StorageError
 from autotune.trial.processes import stop_signal_of
-from autotune.trial.runner import TrialResult, run_trial
+from autotune.trial.runner import TrialResult
 
 log = logging.getLogger(__name__)
 
@@ -70,26 +64,21 @@ class TrialTakenOver(BaseException):
         )
 
 
-def config_key(cfg: TrainConfig) -> str:
-    """Identifies a configuration: the same knobs give the same key."""
-    return json.dumps(cfg.to_dict(), sort_keys=True)
-
-
 class Objective:
-    """Turns a trial into a configuration, runs it isolated, and records its outcome."""
+    """Turns a trial into a configuration of its task, runs it isolated, and records its outcome."""
 
     def __init__(
         self,
-        ctx: StudyContext,
-        on_running: Callable[[int, TrainConfig], None] | None = None,
+        task: Task,
+        on_running: Callable[[int, Any], None] | None = None,
         trial_env: dict[str, str] | None = None,
         *,
         memory_model: bool = True,
     ) -> None:
-        self.ctx = ctx
+        self.task = task
         self.on_running = on_running
         self.trial_env = trial_env
-        self.memory_model = memory_model
+        self.memory_model = memory_model and task.predicts_memory
         self.prune_below: float | None = None  # this trial's: the planner's best less a margin
         # The running trial as it will be stored once measured, kept in memory for a study that
         # cannot be written (search.salvage); None until a figure is measured.
@@ -110,40 +99,37 @@ class Objective:
 
     def _trial(self, trial: optuna.Trial) -> float:
         reference = trial.user_attrs.get(REFERENCE_ATTR)
-        if reference:
-            cfg, notes = reference_config(
-                reference, self.ctx.space.seq_len, self.ctx.capabilities, self.ctx.spec.nproc_per_node
-            )
-            if notes:
-                trial.set_user_attr("reference_notes", notes)
-        else:
-            try:
-                cfg = suggest(self.ctx.space, trial)
-            except UsageError as exc:  # drawn knobs the registry's own rules refuse together: no configuration
-                return self._record(trial, TrialResult(outcomes.UNSUPPORTED, str(exc)))
+        self.prune_below = None
+        try:
+            cfg = self.task.configure(trial, reference)
+        except UsageError as exc:  # drawn knobs the registry's own rules refuse together: no configuration
+            return self._record(trial, TrialResult(outcomes.UNSUPPORTED, str(exc)))
+        if not reference:
             self._note_proposal(trial)
         trial.set_user_attr(record.CONFIG, cfg.to_dict())
         trial.set_user_attr(record.HOST, socket.gethostname())
         trial.set_user_attr(record.TUNER_PID, os.getpid())
-        if self.ctx.device.uuid:  # which GPU of a multi-GPU or multi-host study ran it
-            trial.set_user_attr(record.DEVICE_UUID, self.ctx.device.uuid)
-        self._reject_if_impossible(trial, cfg)
+        if self.task.device.uuid:  # which GPU of a multi-GPU or multi-host study ran it
+            trial.set_user_attr(record.DEVICE_UUID, self.task.device.uuid)
+        refusal = self.task.refusal(cfg)
+        if refusal is not None:  # known-impossible: recorded and pruned at no cost, no process starts
+            return self._record(trial, TrialResult(outcomes.UNSUPPORTED, refusal))
         if self.memory_model and not reference and self._predicted_over_limit(trial, cfg):
             return 0.0
         result = self._reuse(trial, cfg) or self._run(trial, cfg)
         return self._record(trial, result)
 
-    def _predicted_over_limit(self, trial: optuna.Trial, cfg: TrainConfig) -> bool:
+    def _predicted_over_limit(self, trial: optuna.Trial, cfg: Any) -> bool:
         """Record `cfg` as predicted over the limit, without running it, when the study's trials
         say so by a clear margin; False (and nothing recorded) otherwise. The reference trials
         are never skipped: they are the yardsticks of every study. Over the limit means over
         what feasibility allows, the limit less the headroom, as for a measured peak."""
-        limit, headroom = self.ctx.memory_limit_bytes, self.ctx.memory_headroom
+        limit, headroom = self.task.memory_limit_bytes, self.task.memory_headroom
         target = outcomes.feasible_peak_bytes(limit, headroom)
         sampler = trial.study.sampler  # its records, read before this trial: each finished one made once
         reader = sampler.records.read if isinstance(sampler, PlannerSampler) else read_trials
         records = [r for r in reader(trial.study) if r.number != trial.number]
-        prediction = skip_prediction(records, cfg.to_dict(), target, memory_context(self.ctx))
+        prediction = skip_prediction(records, cfg.to_dict(), target, memory_context(self.task))
         if prediction is None:
             return False
         _, reason = outcomes.skipped_over_limit(prediction.peak_bytes, limit, headroom, prediction.basis)
@@ -156,7 +142,6 @@ class Objective:
     def _note_proposal(self, trial: optuna.Trial) -> None:
         """What proposed this trial and why (the planner's stage, its expectations), and the
         threshold below which its timed window stops short (clearly worse than the best)."""
-        self.prune_below = None
         sampler = trial.study.sampler
         proposal = sampler.proposal_for(trial.number) if isinstance(sampler, PlannerSampler) else None
         if proposal is None:
@@ -165,19 +150,7 @@ class Objective:
         trial.set_user_attr(record.PLAN, proposal.to_attrs())
         self.prune_below = proposal.prune_below
 
-    def _reject_if_impossible(self, trial: optuna.Trial, cfg: TrainConfig) -> None:
-        """Known-impossible combinations never start a process: recorded and pruned at no cost."""
-        reason = self.ctx.space.violation(cfg)
-        if reason is None:
-            try:
-                check_supported(cfg, self.ctx.capabilities)
-                self.ctx.spec.accumulation_steps(cfg)  # a budget that does not divide the global batch
-            except UnsupportedConfig as exc:
-                reason = str(exc)
-        if reason is not None:
-            self._record(trial, TrialResult(outcomes.UNSUPPORTED, reason))
-
-    def _reuse(self, trial: optuna.Trial, cfg: TrainConfig) -> TrialResult | None:
+    def _reuse(self, trial: optuna.Trial, cfg: Any) -> TrialResult | None:
         """TPE re-proposes configurations it has seen; a deterministic outcome is not re-run."""
         key = cfg.to_dict()
         for frozen in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
@@ -192,7 +165,7 @@ class Objective:
                 return TrialResult(done.outcome, done.reason, done.measurement)
         return None
 
-    def _run(self, trial: optuna.Trial, cfg: TrainConfig) -> TrialResult:
+    def _run(self, trial: optuna.Trial, cfg: Any) -> TrialResult:
         if self.on_running:
             self.on_running(trial.number, cfg)
         try:
@@ -216,16 +189,9 @@ class Objective:
             record.write_stopped(trial, *outcomes.interrupted_by_user(signum))
             trial.study.tell(trial, state=TrialState.FAIL)
 
-    def _measure(self, cfg: TrainConfig, *, on_start: Callable[[int], None]) -> TrialResult:
+    def _measure(self, cfg: Any, *, on_start: Callable[[int], None]) -> TrialResult:
         """`cfg` measured in a trial process of its own."""
-        spec = self.ctx.spec
-        # A short first window is judged on tokens/s, and is too short for an energy figure:
-        # under tokens_per_joule every trial is timed in full.
-        if getattr(self, "prune_below", None) is not None and self.ctx.objective != "tokens_per_joule":
-            spec = dataclasses.replace(spec, prune_below_tokens_per_sec=self.prune_below)
-        return run_trial(
-            spec, cfg, timeout_s=self.ctx.trial_timeout_s, device=self.ctx.device, env=self.trial_env, on_start=on_start
-        )
+        return self.task.measure(cfg, on_start=on_start, prune_below=self.prune_below, env=self.trial_env)
 
     def _record(self, trial: optuna.Trial, result: TrialResult) -> float:
         m = result.measurement
@@ -237,13 +203,13 @@ class Objective:
             for name, value in constraints.items():
                 target.set_constraint(name, value)
 
-        value = objective_value(m.to_dict(), self.ctx.objective) if how is outcomes.Recording.MEASURED else None
+        value = objective_value(m.to_dict(), self.task.objective) if how is outcomes.Recording.MEASURED else None
         if value is not None:
             self.measured = record.as_completed(trial, float(value), write)
         write(trial)
         if how is outcomes.Recording.MEASURED:
             if value is None:  # tokens_per_joule, and this run read no energy (energy_note says why)
-                raise TrialFailed(f"no {self.ctx.objective} figure: {m.energy_note or 'no energy reading'}")
+                raise TrialFailed(f"no {self.task.objective} figure: {m.energy_note or 'no energy reading'}")
             return float(value)
         if how is outcomes.Recording.INFEASIBLE:
             return 0.0
@@ -252,13 +218,12 @@ class Objective:
         raise TrialFailed(f"{result.outcome}: {(result.reason or '').splitlines()[0] if result.reason else ''}")
 
     def _constraints(self, how: outcomes.Recording, result: TrialResult) -> dict[str, float]:
-        """The trial's constraints by name (each feasible when <= 0): its memory's."""
-        constraint = self._constraint(how, result)
-        return {} if constraint is None else {record.MEMORY: constraint}
-
-    def _constraint(self, how: outcomes.Recording, result: TrialResult) -> float | None:
-        """The trial's memory constraint: from its peak when measured, 1 when it did not fit."""
-        if how is outcomes.Recording.MEASURED:
-            limit, headroom = self.ctx.memory_limit_bytes, self.ctx.memory_headroom
-            return outcomes.memory_constraint(result.peak_memory_bytes, limit, headroom)
-        return 1.0 if how is outcomes.Recording.INFEASIBLE else None
+        """The trial's constraints by name (each feasible when <= 0): from its peak when
+        measured (and the task's own), 1 when it did not fit."""
+        if how is outcomes.Recording.INFEASIBLE:
+            return {record.MEMORY: 1.0}
+        if how is not outcomes.Recording.MEASURED:
+            return {}
+        limit, headroom = self.task.memory_limit_bytes, self.task.memory_headroom
+        memory = outcomes.memory_constraint(result.peak_memory_bytes, limit, headroom)
+        return {record.MEMORY: memory, **self.task.constraints(result)}

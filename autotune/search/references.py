@@ -73,7 +73,7 @@ def enqueue_references(study: optuna.Study) -> None:
 
 def retry_interrupted_references(study: optuna.Study) -> list[str]:
     """On resume: a reference trial whose every attempt was interrupted (Ctrl-C, SIGTERM) is
-    queued once more, as a killed tuner's trial is (`study.lifecycle.fail_orphaned_trials`):
+    queued once more, as a killed tuner's trial is (`search.run.fail_orphaned_trials`):
     the planner never proposes a reference, so without this the study would never report its
     speedup over it. Once: a retry that is interrupted too is not retried again (Optuna's
     retry history counts the attempts). A reference still waiting, running or finished any

@@ -96,7 +96,7 @@ def make_sampler(planner: Planner | Callable[[], Planner], seed: int | None = No
 
 
 def planner_for(ctx: Any, seed: int | None = None) -> Planner:
-    """The planner of a study (`study.lifecycle.StudyContext`): its space and device, its memory
+    """The planner of a study (`search.training.TrainTask`): its space and device, its memory
     limit less the headroom, the model's shape where it is known; a candidate must keep the
     space's rules, run on this device, and divide the study's global batch."""
     from autotune.errors import UnsupportedConfig

@@ -16,9 +16,9 @@ from optuna.trial import FixedTrial
 from autotune.config import TrainConfig
 from autotune.errors import UnsupportedConfig, UsageError
 from autotune.knobs.support import check_supported
-from autotune.search.objective import config_key
+from autotune.search.planner import config_key
+from autotune.search.training import TrainTask
 from autotune.space.sampling import outside_reason, params_for, suggest
-from autotune.study.lifecycle import StudyContext
 from autotune.study.record import TrialRecord, read_trials
 from autotune.study.storage import load_ref
 from autotune.study.urls import redact
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 DEFAULT_WARM_START_K = 5
 
 
-def invalid_here(cfg: TrainConfig, ctx: StudyContext) -> tuple[str, dict[str, Any] | None]:
+def invalid_here(cfg: TrainConfig, ctx: TrainTask) -> tuple[str, dict[str, Any] | None]:
     """('', params) when `cfg` can be tried in this study as it is; else (why not, None)."""
     params = params_for(ctx.space, cfg)
     if params is None:
@@ -45,7 +45,7 @@ def invalid_here(cfg: TrainConfig, ctx: StudyContext) -> tuple[str, dict[str, An
         )
     except (ValueError, UsageError):
         return "outside this search space", None
-    if not inside or config_key(again) != config_key(cfg):
+    if not inside or config_key(again.to_dict()) != config_key(cfg.to_dict()):
         return outside_reason(cfg, ctx.space), None
     rule = ctx.space.violation(cfg)
     if rule is not None:
@@ -90,7 +90,7 @@ class WarmStart:
         return len(self.entries)
 
 
-def plan_warm_start(ref: str, ctx: StudyContext, top_k: int = DEFAULT_WARM_START_K) -> WarmStart:
+def plan_warm_start(ref: str, ctx: TrainTask, top_k: int = DEFAULT_WARM_START_K) -> WarmStart:
     """Read the study `ref` names and pick its top-k feasible ok configurations that are valid
     here (in this space, within its rules, supported by this device); the ones skipped, and
     why, are logged. Reads only: UsageError when the source cannot be read."""
@@ -123,7 +123,7 @@ def plan_warm_start(ref: str, ctx: StudyContext, top_k: int = DEFAULT_WARM_START
     return plan
 
 
-def enqueue_warm_start(study: optuna.Study, ref: str, ctx: StudyContext, top_k: int = DEFAULT_WARM_START_K) -> int:
+def enqueue_warm_start(study: optuna.Study, ref: str, ctx: TrainTask, top_k: int = DEFAULT_WARM_START_K) -> int:
     """Enqueue the top-k feasible ok configurations of the study `ref` names that are valid
     here (see `plan_warm_start`). Returns how many were enqueued. They run after the
     reference trials."""

@@ -1,13 +1,7 @@
-"""A study: opening or resuming it (the same hardware, model, data and space, or refused; the
-same rules of measurement, or refused), its identity and attributes, the sampler, failing a
-dead tuner's trials, and reading it back as a `StudySummary`. Importing this module does not
-import torch: `show` and `compare` read studies through it.
-
-A resumed study keeps its rules: its memory limit, its global batch (--global-batch-tokens)
-and the timed window (--steps, --min-time) every trial was measured with. A run asking for
-others is refused with the difference named (`check_rules`); the memory limit and the global
-batch are taken from the study when the run does not set them. Trials measured under
-different rules are never mixed in one study.
+"""A study: opening or resuming it (the same task, hardware, model, data and space, or refused),
+with many workers racing to make it. What a resumed study keeps (its limit, its timed window)
+is the search's to decide (`search.task.resume`); failing a dead tuner's trials too
+(`search.run.fail_orphaned_trials`). Importing this module does not import torch.
 
 How a trial is recorded, by outcome (decided in `measure.outcomes.recording`):
 
@@ -26,95 +20,27 @@ peak_memory_bytes and the whole measurement, so optuna-dashboard shows them as t
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import optuna
-from optuna.trial import TrialState
 
-from autotune.config import RunSpec
-from autotune.device.info import DeviceInfo, software_versions
 from autotune.errors import UsageError
-from autotune.knobs.support import DeviceCapabilities
-from autotune.measure import outcomes
-from autotune.model.sizes import ModelDims
-from autotune.space.definition import SearchSpace
-from autotune.study import leaders
-from autotune.study.storage import RetryStaleTrial, internals
 from autotune.trial.processes import process_alive, stops_deferred
-from autotune.units import format_bytes
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class StudyContext:
-    """Everything that must stay the same for the trials of one study to be comparable."""
+class StudyOfTask(Protocol):
+    """What opening a study needs of its task (`search.task.Task`)."""
 
-    spec: RunSpec
-    device: DeviceInfo
-    space: SearchSpace
-    memory_limit_bytes: int
-    trial_timeout_s: float
-    # Feasible only with a worst-case peak <= limit x (1 - headroom) (outcomes.memory_constraint)
-    memory_headroom: float = outcomes.DEFAULT_MEMORY_HEADROOM
-    objective: str = leaders.DEFAULT_OBJECTIVE  # what the study maximizes (study.leaders.OBJECTIVES)
-    model_dims: ModelDims | None = None  # for the expert start's budget estimate; None when unknown
+    ranks: int
 
-    def __post_init__(self) -> None:
-        # The run judges feasibility itself (outcomes.decide_measured): it gets the study's headroom.
-        if self.spec.memory_headroom != self.memory_headroom:
-            object.__setattr__(self, "spec", dataclasses.replace(self.spec, memory_headroom=self.memory_headroom))
-
-    @property
-    def capabilities(self) -> DeviceCapabilities:
-        return DeviceCapabilities.detect(self.device.kind, self.device.capability_tuple)
-
-    def attrs(self) -> dict[str, Any]:
-        """The study attrs a new study of this context is given (its identity among them)."""
-        return study_attrs(self)
-
-    def identity(self) -> dict[str, Any]:
-        return {
-            "model": self.spec.model,
-            "data": self.spec.data,
-            "seq_len": self.space.seq_len,
-            "device_name": self.device.name,
-            "device_uuid": self.device.uuid,
-            "space_hash": self.space.hash,
-        }
-
-
-def study_attrs(ctx: StudyContext) -> dict[str, Any]:
-    return {
-        "autotune": {"kind": "search", "software": software_versions()},
-        "hardware": ctx.device.to_dict(),
-        "model": ctx.spec.model,
-        "data": ctx.spec.data,
-        "seq_len": ctx.space.seq_len,
-        "n_layer": ctx.space.n_layer,
-        "memory_limit_bytes": ctx.memory_limit_bytes,
-        "memory_headroom": ctx.memory_headroom,
-        "objective": ctx.objective,
-        "space": ctx.space.to_dict(),
-        "space_source": ctx.space.source,
-        "space_hash": ctx.space.hash,
-        "identity": ctx.identity(),
-        "run": {
-            "warmup": ctx.spec.warmup,
-            "steps": ctx.spec.steps,
-            "min_time_s": ctx.spec.min_time_s,
-            "seed": ctx.spec.seed,
-            "global_batch_tokens": ctx.spec.global_batch_tokens,
-            # several ranks a trial (`--nproc-per-node`); a single-process study's attrs read as they always have
-            **({"nproc_per_node": ranks} if (ranks := getattr(ctx.spec, "nproc_per_node", 1)) > 1 else {}),
-        },
-    }
+    def identity(self) -> dict[str, Any]: ...
+    def attrs(self) -> dict[str, Any]: ...
 
 
 # A study is ready once its identity attr is written. Its creator writes every other attr and
@@ -132,7 +58,7 @@ _pause = time.sleep  # a name of its own: tests count the waits instead of timin
 def open_study(
     name: str,
     storage,
-    ctx: StudyContext,
+    ctx: StudyOfTask,
     *,
     sampler: Callable[[int | None], optuna.samplers.BaseSampler],
     seed: int | None = None,
@@ -142,7 +68,7 @@ def open_study(
     and space. Returns (study, is_new). `on_create(study)` runs as part of a new study's set-up
     (the reference trials, the tuner's first proposals and a warm start are enqueued there),
     before the study is marked ready. `sampler(seed)` makes the study's sampler (the tuner's:
-    `search.sampler.make_sampler`).
+    `search.task.Task.sampler`).
 
     Race-free with many workers: only the one whose `create_study` succeeds sets the study
     up and runs `on_create`; the others get DuplicatedStudyError, load it and wait until it is
@@ -175,7 +101,7 @@ def open_study(
     # The ranks first: a study of another rank count has another default space, and its hash
     # says nothing of why.
     stored_ranks = (study.user_attrs.get("run") or {}).get("nproc_per_node", 1)
-    asked_ranks = getattr(ctx.spec, "nproc_per_node", 1)  # a generation study: one process
+    asked_ranks = ctx.ranks
     if stored_ranks != asked_ranks:
         raise UsageError(
             f"study {name!r} was measured with --nproc-per-node {stored_ranks}, this run {asked_ranks}: tokens/s of "
@@ -191,77 +117,6 @@ def open_study(
     return study, False
 
 
-def check_rules(
-    study: optuna.Study,
-    ctx: StudyContext,
-    *,
-    limit_given: bool,
-    headroom_given: bool = False,
-    objective_given: bool = False,
-) -> StudyContext:
-    """The context to resume `study` with: its own memory limit, headroom and objective when the
-    run sets none (`limit_given`, `headroom_given`, `objective_given` False); UsageError when the
-    run asks for another limit, headroom or objective, or another timed window (--steps,
-    --min-time), than every trial of the study was judged with."""
-    attrs = study.user_attrs
-    stored_objective = leaders.study_objective(attrs)  # a study made before objectives: tokens/s
-    if stored_objective != ctx.objective:
-        if objective_given:
-            raise UsageError(
-                f"study {study.study_name!r} maximizes {stored_objective}, this run asks for {ctx.objective}: "
-                "resume it with its objective, or start a new study (--new-study, or --study NAME)"
-            )
-        ctx = dataclasses.replace(ctx, objective=stored_objective)
-    stored_limit = attrs.get("memory_limit_bytes")
-    differences = []
-    if isinstance(stored_limit, int) and stored_limit != ctx.memory_limit_bytes:
-        if limit_given:
-            differences.append(
-                f"memory limit {format_bytes(stored_limit)} ({stored_limit} bytes), this run "
-                f"{format_bytes(ctx.memory_limit_bytes)}"
-            )
-        else:
-            log.info("resuming %r with its memory limit %s", study.study_name, format_bytes(stored_limit))
-            ctx = dataclasses.replace(
-                ctx,
-                memory_limit_bytes=stored_limit,
-                spec=dataclasses.replace(ctx.spec, memory_limit_bytes=stored_limit),
-            )
-    # A study made before headrooms existed judged its trials against the limit itself: 0.
-    stored_headroom = attrs.get("memory_headroom", 0.0)
-    if stored_headroom != ctx.memory_headroom:
-        if headroom_given:
-            differences.append(f"--memory-headroom {stored_headroom:.0%}, this run {ctx.memory_headroom:.0%}")
-        else:
-            log.info("resuming %r with its memory headroom %.0f%%", study.study_name, 100 * stored_headroom)
-            ctx = dataclasses.replace(ctx, memory_headroom=stored_headroom)
-    run = attrs.get("run") or {}
-    # A study made before global batches existed has no key: it measured without accumulation.
-    stored_batch, asked_batch = run.get("global_batch_tokens"), ctx.spec.global_batch_tokens
-    if asked_batch is None and stored_batch is not None:
-        log.info("resuming %r with its global batch of %d tokens", study.study_name, stored_batch)
-        ctx = dataclasses.replace(ctx, spec=dataclasses.replace(ctx.spec, global_batch_tokens=stored_batch))
-    elif stored_batch != asked_batch:
-        differences.append(
-            f"--global-batch-tokens {stored_batch if stored_batch is not None else 'unset'}, this run {asked_batch}"
-        )
-    # Tokens/s of N ranks is another figure than one rank's: a study is measured with one world size.
-    stored_ranks, asked_ranks = run.get("nproc_per_node", 1), getattr(ctx.spec, "nproc_per_node", 1)  # generation: 1
-    if stored_ranks != asked_ranks:
-        differences.append(f"--nproc-per-node {stored_ranks}, this run {asked_ranks}")
-    for key, option in (("steps", "--steps"), ("min_time_s", "--min-time")):
-        stored, asked = run.get(key), getattr(ctx.spec, key)
-        if stored is not None and stored != asked:
-            differences.append(f"{option} {stored:g}, this run {asked:g}")
-    if differences:
-        raise UsageError(
-            f"study {study.study_name!r} was measured with {'; '.join(differences)}: trials measured under other "
-            "rules cannot be compared. Resume it with its settings, or start a new study (--new-study, or "
-            "--study NAME)"
-        )
-    return ctx
-
-
 def worker_seed(seed: int, n_trials: int, pid: int | None = None) -> int:
     """The sampler seed of a worker joining or resuming a study. Salted with the number of
     trials (a resumed study must not replay the first run's random draws) and the process id
@@ -270,8 +125,8 @@ def worker_seed(seed: int, n_trials: int, pid: int | None = None) -> int:
     return (seed * 1_000_003 + n_trials * 7_919 + (os.getpid() if pid is None else pid)) % 2**32
 
 
-def _set_up(study: optuna.Study, ctx: StudyContext, on_create: Callable[[optuna.Study], None] | None = None) -> None:
-    attrs = ctx.attrs()  # a training study's, or a generation study's (`search.generate`)
+def _set_up(study: optuna.Study, ctx: StudyOfTask, on_create: Callable[[optuna.Study], None] | None = None) -> None:
+    attrs = ctx.attrs()  # its task's (`search.task`)
     identity = attrs.pop(READY_ATTR)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
@@ -317,32 +172,3 @@ def _identity_mismatch(stored: dict[str, Any], current: dict[str, Any]) -> tuple
         if stored.get(key) != current.get(key):
             return f"{label} {stored.get(key)}", f"{label} {current.get(key)}"
     return None
-
-
-# --- after a kill ----------------------------------------------------------------------------
-
-
-def fail_orphaned_trials(study: optuna.Study) -> list[int]:
-    """RUNNING trials left by a tuner of this host that is gone (killed with -9, power cut)
-    are failed now (outcome interrupted), without waiting for the heartbeat grace period,
-    and retried once. The journal file has no heartbeats: this is what unsticks it."""
-    failed = []
-    host = socket.gethostname()
-    storage, study_id = internals(study)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        pid = t.user_attrs.get("tuner_pid")
-        if t.user_attrs.get("host") != host or pid is None or (process_alive(pid) and pid != os.getpid()):
-            continue
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-        outcome, reason = outcomes.orphaned()
-        try:
-            storage.set_trial_user_attr(trial_id, "outcome", outcome)
-            storage.set_trial_user_attr(trial_id, "reason", reason)
-            storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue
-        failed.append(t.number)
-        # Retried once, as a heartbeat-stale trial is (reference trials too: without them
-        # the study would never report its speedups).
-        RetryStaleTrial(max_retry=1)(study, storage.get_trial(trial_id))
-    return failed

@@ -426,6 +426,24 @@ def write_stopped(trial: "optuna.Trial", outcome: Outcome, reason: str) -> None:
     trial.set_user_attr(REASON, reason[:REASON_LIMIT])
 
 
+def fail_left_running(
+    storage: "optuna.storages.BaseStorage", study_id: int, number: int, outcome: Outcome, reason: str
+) -> FrozenTrial | None:
+    """A trial another process left RUNNING, failed with its outcome and why: written through the
+    study's storage (`study.storage.internals`: Optuna has no public call for a trial of another
+    process). None when it finished meanwhile."""
+    import optuna
+
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+    try:
+        storage.set_trial_user_attr(trial_id, OUTCOME, outcome)
+        storage.set_trial_user_attr(trial_id, REASON, reason[:REASON_LIMIT])
+        storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return None
+    return storage.get_trial(trial_id)
+
+
 def _over_bounds(constraints: Mapping[str, float]) -> str | None:
     """Why a run that ended ok breaks its study's bounds ("above --max-ttft by 35%"), or None."""
     over = [

@@ -12,7 +12,7 @@ compared (`study.guarded`: a worker's clock or time zone may differ), so a live 
 failed for another host's clock; a killed worker's trial is retried after the grace period
 plus, at most, the length of two trials of a surviving worker. A worker only paused past the
 grace period finds its trial taken over when it resumes, and goes on (`search.optimize`). On
-one host `journal:` has no heartbeats; there `study.lifecycle.fail_orphaned_trials` fails a
+one host `journal:` has no heartbeats; there `search.run.fail_orphaned_trials` fails a
 dead tuner's trial at resume.
 """
 

@@ -50,12 +50,13 @@ def test_a_generation_search_reads_its_fix_before_it_looks_at_the_model_or_devic
     """A user's model is probed in a child process (torch, the model built: tens of seconds);
     a bad --fix is refused before that, as before the device is looked at."""
     import autotune.search.generate
+    import autotune.search.preflight
 
     def too_late(*args, **kwargs):
         raise AssertionError("--fix is read first")
 
     monkeypatch.setattr(autotune.search.generate, "resolve_workload", too_late)
-    monkeypatch.setattr(autotune.search.generate, "resolve_device", too_late)
+    monkeypatch.setattr(autotune.search.preflight, "resolve_device", too_late)
     monkeypatch.chdir(tmp_path)
     model = ["--model", "tests.fixture_models:make_llama", "--device", "cpu"]
     result = invoke("search", "--task", "generate", "--fix", "nonsense=1", *model)

@@ -12,8 +12,8 @@ from optuna.trial import TrialState
 
 from autotune.config import TrainConfig
 from autotune.recipe.recipe import Recipe
+from autotune.search.preflight import preflight
 from autotune.search.references import baseline_config, checklist_config
-from autotune.search.run import prepare
 from autotune.space.file import load_space
 from autotune.study.storage import load_study
 from autotune.study.summary import summarize
@@ -37,7 +37,7 @@ def test_search_writes_study_and_recipe(searched, monkeypatch):
     assert [t.number for t in trials] == [0, 1, 2, 3]
     assert [t.user_attrs.get("reference") for t in trials] == ["baseline", "checklist", None, None]
     assert trials[0].user_attrs["config"] == baseline_config(128).to_dict()
-    caps = prepare(search_settings())[0].capabilities
+    caps = preflight(search_settings()).task.capabilities
     checklist, _ = checklist_config(128, caps)
     assert trials[1].user_attrs["config"] == checklist.to_dict()
     assert checklist.compile_mode == "default" and not checklist.pin_memory

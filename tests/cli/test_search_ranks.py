@@ -89,7 +89,8 @@ def test_ranks_on_cuda_are_checked_against_the_visible_gpus(gpus, refused, tmp_p
     """On a one-GPU host every trial of --nproc-per-node 2 would crash: refused before anything
     runs. With the GPUs there, `--device cuda` (resolved to cuda:0) is taken, not refused as if the
     user had named one device."""
-    from autotune.search.run import SearchSettings, _check_ranks
+    from autotune.search.settings import SearchSettings
+    from autotune.search.training import _check_ranks
     from autotune.space.file import load_space
     from tests.cuda_fakes import FakeGpu, FakeMachine, fake_gpu_machine
 

@@ -184,7 +184,7 @@ class PressesDuringTheStop:
             m = measurement(cfg, tokens_per_sec=float(cfg.token_budget))
             return TrialResult(m.outcome, m.reason, m, 0.1, {"total": 0.1})
 
-        monkeypatch.setattr("autotune.search.objective.run_trial", run_trial)
+        monkeypatch.setattr("autotune.search.training.run_trial", run_trial)
 
     def press(self) -> None:
         self.pressed += 1

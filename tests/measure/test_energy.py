@@ -88,7 +88,7 @@ def test_a_window_shorter_than_the_counter_resolves_has_no_energy_figure_and_say
 
 def test_tokens_per_joule_times_every_window_as_long_as_the_counter_needs():
     from autotune.device import describe
-    from autotune.search.run import _min_time
+    from autotune.search.training import _min_time
 
     cpu = describe("cpu")  # RAPL, or no counter (a refusal before this, in a search)
     assert _min_time(2.0, "tokens_per_sec", cpu) == 2.0

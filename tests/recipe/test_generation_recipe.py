@@ -160,9 +160,9 @@ def test_compare_shows_a_training_and_a_generation_study_of_one_model_side_by_si
     original = search_generate.run_generation_trial
     search_generate.run_generation_trial = modelled_trial
     try:
-        from autotune.search.generate import run_generate_search
+        from autotune.search.run import run_search
 
-        generated = run_generate_search(settings(tmp_path, n_trials=3, confirm=False)).study
+        generated = run_search(settings(tmp_path, n_trials=3, confirm=False)).study
     finally:
         search_generate.run_generation_trial = original
     import optuna

@@ -44,7 +44,7 @@ def fake_runs(monkeypatch, rates: dict[int, float]) -> list[int]:
         m = Measurement(config=cfg.to_dict(), outcome="ok", tokens_per_sec=rates[cfg.token_budget])
         return TrialResult("ok", None, m)
 
-    monkeypatch.setattr("autotune.search.confirm.run_trial", run_trial)
+    monkeypatch.setattr("autotune.search.training.run_trial", run_trial)
     return calls
 
 

@@ -11,7 +11,8 @@ import pytest
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
 from autotune.measure.measurement import Measurement
-from autotune.study.lifecycle import check_rules
+from autotune.search.settings import SearchSettings
+from autotune.search.task import resume
 from tests.attack_helpers import refused
 from tests.helpers import tiny_context
 
@@ -28,9 +29,9 @@ def test_a_resumed_study_keeps_its_objective():
     ctx = tiny_context()
     study = optuna.create_study(direction="maximize")
     study.set_user_attr("objective", "tokens_per_joule")
-    assert check_rules(study, ctx, limit_given=False).objective == "tokens_per_joule"
+    assert resume(study, ctx, SearchSettings()).objective == "tokens_per_joule"
     with pytest.raises(UsageError, match="maximizes tokens_per_joule, this run asks for tokens_per_sec"):
-        check_rules(study, ctx, limit_given=False, objective_given=True)
+        resume(study, ctx, SearchSettings(objective="tokens_per_sec"))
 
 
 def test_the_trial_value_is_tokens_per_joule(monkeypatch):
@@ -44,7 +45,7 @@ def test_the_trial_value_is_tokens_per_joule(monkeypatch):
         m.joules_per_token = 0.002
         return TrialResult("ok", None, m)
 
-    monkeypatch.setattr("autotune.search.objective.run_trial", run_trial)
+    monkeypatch.setattr("autotune.search.training.run_trial", run_trial)
     study = optuna.create_study(direction="maximize")
     study.optimize(Objective(ctx), n_trials=1)
     assert study.trials[0].value == pytest.approx(500.0)  # 1 / 0.002 J per token
@@ -65,7 +66,7 @@ def test_under_tokens_per_joule_no_trial_stops_at_a_short_window(monkeypatch):
         m.joules_per_token = 0.002
         return TrialResult("ok", None, m)
 
-    monkeypatch.setattr("autotune.search.objective.run_trial", run_trial)
+    monkeypatch.setattr("autotune.search.training.run_trial", run_trial)
     for objective in ("tokens_per_joule", "tokens_per_sec"):
         ctx = dataclasses.replace(tiny_context(), objective=objective)
         run = Objective(ctx)

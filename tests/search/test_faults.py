@@ -9,7 +9,8 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.measure import outcomes
-from autotune.search.run import prepare, run_search
+from autotune.search.preflight import preflight
+from autotune.search.run import run_search
 from autotune.study.record import TrialRecord
 from autotune.study.storage import load_study
 from autotune.study.summary import summarize
@@ -86,11 +87,11 @@ HOG_LIMIT = 1100 * 2**20
 
 
 def test_over_memory_limit_is_infeasible_and_never_best(workdir):
-    ctx, _, _ = prepare(
+    ctx = preflight(
         search_settings(
             model="tests.fault_models:memory_hog", space=str(SPACES / "memory.yaml"), memory_limit_bytes=HOG_LIMIT
         )
-    )
+    ).task
     study = run_objective(ctx, [{"token_budget": 1024}, {"token_budget": 16384}])
     small, large = study.trials
     assert small.state == TrialState.COMPLETE and small.user_attrs["outcome"] == "ok", small.user_attrs

@@ -155,7 +155,7 @@ def test_worker_commands_pin_one_gpu_each_and_keep_the_password_off_the_command_
 
 def test_worker_command_is_accepted_by_the_search_command(tmp_path):
     """The built command parses: run it with --help-free validation by pointing it at a bad
-    model, which fails in prepare() with exit 2, after click accepted every option."""
+    model, which fails in preflight() with exit 2, after click accepted every option."""
     settings = autotune.search.run.SearchSettings(
         model="no-such-model", n_trials=1, space=str(TINY_SPACE), timeout_s=60
     )
@@ -172,9 +172,9 @@ def test_devices_parent_sets_up_the_study_once_warns_on_sqlite_and_sums_up(tmp_p
     worker failed, one stopped by Ctrl-C) from the shared study and their exit codes."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(autotune.device, "visible_gpu_uuids", lambda: FAKE_UUIDS)
-    real_prepare = autotune.search.run.prepare
+    real_preflight = autotune.search.run.preflight
     monkeypatch.setattr(
-        autotune.search.run, "prepare", lambda s: real_prepare(s.__class__(**{**s.__dict__, "device": "cpu"}))
+        autotune.search.run, "preflight", lambda s: real_preflight(s.__class__(**{**s.__dict__, "device": "cpu"}))
     )
     seen = {}
 

@@ -18,9 +18,8 @@ from autotune.errors import UsageError
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.recipe import Recipe
-from autotune.search import confirm
 from autotune.search import generate as search_generate
-from autotune.search.generate import run_generate_search
+from autotune.search.run import run_search
 from autotune.search.settings import SearchSettings
 from autotune.study.record import read_trials
 from autotune.trial.runner import TrialResult
@@ -54,7 +53,6 @@ def modelled_trial(spec, cfg: GenerateConfig, *, timeout_s, device=None, on_star
 @pytest.fixture
 def modelled(monkeypatch):
     monkeypatch.setattr(search_generate, "run_generation_trial", modelled_trial)
-    monkeypatch.setattr(confirm, "run_generation_trial", modelled_trial)
 
 
 def settings(tmp_path, **changes) -> SearchSettings:
@@ -74,7 +72,7 @@ def settings(tmp_path, **changes) -> SearchSettings:
 
 
 def test_references_first_constraints_on_every_trial_and_only_a_feasible_one_is_best(tmp_path, modelled):
-    result = run_generate_search(settings(tmp_path, max_p99_token_latency_s=0.0025))
+    result = run_search(settings(tmp_path, max_p99_token_latency_s=0.0025))
     records = read_trials(result.study)
     baseline, cure = records[0], records[1]
     assert (baseline.reference, cure.reference) == ("baseline", "checklist")
@@ -102,24 +100,24 @@ def test_references_first_constraints_on_every_trial_and_only_a_feasible_one_is_
 
 
 def test_the_latency_objective_searches_batch_one_only(tmp_path, modelled):
-    result = run_generate_search(settings(tmp_path, objective="latency", n_trials=5, references=False))
+    result = run_search(settings(tmp_path, objective="latency", n_trials=5, references=False))
     assert {r.config["batch_size"] for r in read_trials(result.study)} == {1}
-    assert "batch_size" not in result.context.space.choices
+    assert "batch_size" not in result.task.space.choices
 
 
 def test_fixed_knobs_are_held_and_the_references_keep_theirs(tmp_path, modelled):
-    result = run_generate_search(settings(tmp_path, fix="decode_compile=none,dtype=float32", n_trials=6))
+    result = run_search(settings(tmp_path, fix="decode_compile=none,dtype=float32", n_trials=6))
     sampled = [r for r in read_trials(result.study) if r.reference is None]
     assert {(r.config["decode_compile"], r.config["dtype"]) for r in sampled} == {("none", "float32")}
     assert read_trials(result.study)[1].config["decode_compile"] == "default"  # the cure compiles
 
 
 def test_resuming_with_another_latency_bound_is_refused_and_without_one_keeps_the_studys(tmp_path, modelled):
-    run_generate_search(settings(tmp_path, n_trials=2, max_ttft_s=0.5, confirm=False))
+    run_search(settings(tmp_path, n_trials=2, max_ttft_s=0.5, confirm=False))
     with pytest.raises(Exception, match="--max-ttft 0.5, this run 0.2"):
-        run_generate_search(settings(tmp_path, n_trials=1, max_ttft_s=0.2))
-    resumed = run_generate_search(settings(tmp_path, n_trials=1, confirm=False))
-    assert resumed.context.max_ttft_s == 0.5
+        run_search(settings(tmp_path, n_trials=1, max_ttft_s=0.2))
+    resumed = run_search(settings(tmp_path, n_trials=1, confirm=False))
+    assert resumed.task.max_ttft_s == 0.5
 
 
 def test_when_no_trial_meets_a_latency_bound_the_verdict_and_each_trial_say_so(tmp_path, modelled):
@@ -131,7 +129,7 @@ def test_when_no_trial_meets_a_latency_bound_the_verdict_and_each_trial_say_so(t
     from autotune.present.report import report_sections
     from autotune.present.summaries import search_summary, trial_line
 
-    result = run_generate_search(settings(tmp_path, n_trials=3, max_ttft_s=0.001, confirm=False))
+    result = run_search(settings(tmp_path, n_trials=3, max_ttft_s=0.001, confirm=False))
     summary = result.summary  # every trial's p99 TTFT is 2 ms: twice the bound
     assert summary.best is None and result.recipe_path is None
     verdict = summary.no_best_reason
@@ -197,20 +195,21 @@ def _empty(tmp_path):
 
 
 def test_a_generation_and_a_training_study_of_one_model_are_separate(tmp_path, monkeypatch, modelled):
-    from autotune.search.run import prepare
+    from autotune.search.preflight import preflight
     from autotune.study.storage import open_storage
 
     monkeypatch.chdir(tmp_path)
-    _, name, url = search_generate.prepare_generation(settings(tmp_path, storage=None, recipe=None))
-    assert (name, url) == ("gpt2-tiny-generate-cpu", "sqlite:///studies/gpt2-tiny-generate-cpu.db")
-    assert prepare(SearchSettings(model="gpt2-tiny", device="cpu"))[1] == "gpt2-tiny-cpu"
+    generation = preflight(settings(tmp_path, storage=None, recipe=None))
+    assert (generation.name, generation.url) == (
+        "gpt2-tiny-generate-cpu",
+        "sqlite:///studies/gpt2-tiny-generate-cpu.db",
+    )
+    assert preflight(SearchSettings(model="gpt2-tiny", device="cpu")).name == "gpt2-tiny-cpu"
     journal = f"journal:{tmp_path / 'g.journal'}"
-    run_generate_search(settings(tmp_path, n_trials=1, study="shared", storage=journal, confirm=False))
+    run_search(settings(tmp_path, n_trials=1, study="shared", storage=journal, confirm=False))
     study = optuna.load_study(study_name="shared", storage=open_storage(journal))
     assert study.user_attrs["task"] == "generate" and study.user_attrs["identity"]["task"] == "generate"
     with pytest.raises(Exception, match="was made for task generate, this run is task train"):
-        from autotune.search.run import run_search
-
         run_search(SearchSettings(model="gpt2-tiny", device="cpu", study="shared", storage=journal, n_trials=1))
 
 
@@ -221,7 +220,7 @@ def test_show_and_report_give_the_throughput_latency_front(tmp_path, modelled):
     from autotune.present.summaries import show_json, show_text
     from autotune.study.summary import summarize
 
-    study = run_generate_search(settings(tmp_path, n_trials=8, confirm=False)).study
+    study = run_search(settings(tmp_path, n_trials=8, confirm=False)).study
     summary = summarize(study)
     points = front(summary.trials)
     # No point of the front is beaten on both figures by a feasible trial.

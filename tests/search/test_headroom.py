@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from autotune.cli import main
 from autotune.errors import UsageError
 from autotune.measure.outcomes import DEFAULT_MEMORY_HEADROOM, memory_constraint
-from autotune.search.run import SearchSettings, memory_headroom
+from autotune.search.preflight import memory_headroom
+from autotune.search.settings import SearchSettings
 from tests.attack_helpers import fake_trials
 from tests.search.test_resume_rules import STUDY, resumable, resumable_made, search  # noqa: F401  (fixtures)
 

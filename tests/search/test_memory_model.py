@@ -165,7 +165,7 @@ def _one_family(monkeypatch, peaks: dict[int, int]) -> tuple:
         ran.append(cfg.token_budget)
         return TrialResult("ok", None, dataclasses.replace(ok_measurement(), peak_memory_bytes=peaks[cfg.token_budget]))
 
-    monkeypatch.setattr("autotune.search.objective.run_trial", fake_run_trial)
+    monkeypatch.setattr("autotune.search.training.run_trial", fake_run_trial)
     base = {"amp_dtype": "float32", "compile_mode": "none", "sdpa_backend": "math", "num_workers": 0}
     base["checkpoint_count"] = 0
     return ctx, base, ran
@@ -240,7 +240,7 @@ def test_the_summary_counts_the_skipped_and_says_why_the_search_stopped():
         study.add_trial(create_trial(value=1.0, user_attrs={"outcome": outcome}, constraints={"memory": 0.5}))
     result = SimpleNamespace(
         summary=summarize(study),
-        context=SimpleNamespace(memory_limit_bytes=LIMIT, device=SimpleNamespace(to_dict=dict)),
+        task=SimpleNamespace(memory_limit_bytes=LIMIT, device=SimpleNamespace(to_dict=dict)),
         storage_url="sqlite:///studies/s.db",
         recipe_path=None,
         stopped=settled_stop("no untried configuration is expected to beat #3 by more than 0.3 %"),

@@ -16,7 +16,7 @@ from autotune.cli import main
 from autotune.config import TrainConfig
 from autotune.present.summaries import best_table, format_verify, search_summary, show_text, trial_line
 from autotune.recipe.from_study import recipe_from_trial
-from autotune.search.run import model_slug
+from autotune.search.task import model_slug
 from autotune.study.summary import summarize
 from autotune.study.urls import default_storage_url
 
@@ -68,7 +68,7 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
 def result_of(study: optuna.Study, url: str, recipe_path: str | None = "recipes/s.json"):
     return SimpleNamespace(
         summary=summarize(study),
-        context=SimpleNamespace(memory_limit_bytes=10**9),
+        task=SimpleNamespace(memory_limit_bytes=10**9),
         storage_url=url,
         recipe_path=Path(recipe_path) if recipe_path else None,
     )

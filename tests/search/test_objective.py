@@ -10,9 +10,10 @@ import pytest
 from optuna.trial import TrialState
 
 import autotune.search.objective
+import autotune.search.training
 from autotune.config import TrainConfig
 from autotune.measure.measurement import Measurement
-from autotune.search.run import prepare
+from autotune.search.preflight import preflight
 from autotune.trial.runner import TrialResult
 from tests.helpers import (
     SPACES,
@@ -51,8 +52,8 @@ MEASUREMENT = ok_measurement()
     ids=["ok", "over_limit", "over_limit_stopped", "oom", "unsupported", "crashed", "timeout"],
 )
 def test_objective_records_outcome(workdir, monkeypatch, result, state, value, constraint):
-    monkeypatch.setattr("autotune.search.objective.run_trial", lambda *a, **k: result)
-    ctx, _, _ = prepare(search_settings(memory_limit_bytes=1000))
+    monkeypatch.setattr("autotune.search.training.run_trial", lambda *a, **k: result)
+    ctx = preflight(search_settings(memory_limit_bytes=1000)).task
     (trial,) = run_objective(ctx, [TINY_PARAMS]).trials
     assert trial.state == state
     assert trial.user_attrs["outcome"] == result.outcome
@@ -76,8 +77,8 @@ def test_objective_reuses_a_repeated_configuration(workdir, monkeypatch):
         calls.append(cfg)
         return TrialResult("ok", None, MEASUREMENT)
 
-    monkeypatch.setattr("autotune.search.objective.run_trial", fake_run_trial)
-    ctx, _, _ = prepare(search_settings(memory_limit_bytes=1000))
+    monkeypatch.setattr("autotune.search.training.run_trial", fake_run_trial)
+    ctx = preflight(search_settings(memory_limit_bytes=1000)).task
     first, again = run_objective(ctx, [TINY_PARAMS, TINY_PARAMS]).trials
     assert len(calls) == 1
     assert again.user_attrs["duplicate_of"] == first.number
@@ -85,7 +86,7 @@ def test_objective_reuses_a_repeated_configuration(workdir, monkeypatch):
 
 
 def test_unsupported_is_pruned_before_any_process(workdir):
-    ctx, _, _ = prepare(search_settings(space=str(SPACES / "unsupported.yaml")))
+    ctx = preflight(search_settings(space=str(SPACES / "unsupported.yaml"))).task
     efficient, rule = run_objective(
         ctx, [{"token_budget": 1024, "sdpa_backend": "efficient"}, {"token_budget": 1024, "sdpa_backend": "math"}]
     ).trials
@@ -106,7 +107,7 @@ def test_a_trial_flagged_unstable_keeps_the_flag(monkeypatch):
         config={}, outcome="ok", tokens_per_sec=1000.0, peak_memory_bytes=10**8, step_time_cv=0.31, unstable=True
     )
     monkeypatch.setattr(
-        autotune.search.objective,
+        autotune.search.training,
         "run_trial",
         lambda *a, **k: TrialResult("ok", None, measurement, 1.0, {"total": 1.0}),
     )
@@ -128,7 +129,7 @@ def test_a_combination_the_knobs_refuse_is_pruned_with_its_reason(workdir, tmp_p
         "version: 1\nfixed: {batching: padded, num_workers: 0}\n"
         "dimensions:\n  token_budget: {choices: [1024]}\n  compile_mode: {choices: [none, reduce-overhead]}\n"
     )
-    ctx, _, _ = prepare(search_settings(space=str(space)))
+    ctx = preflight(search_settings(space=str(space))).task
     (trial,) = run_objective(ctx, [{"token_budget": 1024, "compile_mode": "reduce-overhead"}]).trials
     assert trial.state == TrialState.PRUNED and trial.user_attrs["outcome"] == "unsupported"
     assert "reduce-overhead replays CUDA graphs" in trial.user_attrs["reason"]

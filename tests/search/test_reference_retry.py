@@ -28,7 +28,7 @@ def interrupt_the_baseline(monkeypatch) -> None:
     def run_trial(spec, cfg, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("autotune.search.objective.run_trial", run_trial)
+    monkeypatch.setattr("autotune.search.training.run_trial", run_trial)
 
 
 def reference_attempts(study) -> list[tuple[str, str | None]]:
@@ -64,14 +64,14 @@ def test_a_retried_reference_interrupted_again_is_not_retried_a_second_time(tmp_
     # Resumed and interrupted again: the retry of the baseline (the checklist waits first).
     calls: list = []
     fake_trials(monkeypatch, calls=calls)
-    real = __import__("autotune.search.objective", fromlist=["run_trial"]).run_trial
+    real = __import__("autotune.search.training", fromlist=["run_trial"]).run_trial
 
     def second(spec, cfg, **kwargs):
         if cfg.batching == "fixed":  # the baseline's fixed batch
             raise KeyboardInterrupt
         return real(spec, cfg, **kwargs)
 
-    monkeypatch.setattr("autotune.search.objective.run_trial", second)
+    monkeypatch.setattr("autotune.search.training.run_trial", second)
     assert search("--n-trials", "3").exit_code == 130
     fake_trials(monkeypatch)
     assert search("--n-trials", "1").exit_code == 0

@@ -94,7 +94,7 @@ def test_the_default_study_name_says_how_many_ranks(tmp_path, monkeypatch):
     """A search of 1 rank and one of 2 of a model in one folder are two studies (issue D, #9:
     they shared `gpt2-tiny-cpu`, and the second was refused naming two space hashes); a single
     rank's name is what it always was, so its studies resume."""
-    from autotune.search.run import default_study_name
+    from autotune.search.training import default_study_name
 
     assert default_study_name("gpt2-tiny", "cpu", 1) == "gpt2-tiny-cpu"
     assert default_study_name("hf:gpt2", "nvidia-h100-80gb-hbm3", 2) == "hf-gpt2-nvidia-h100-80gb-hbm3-2ranks"

@@ -28,7 +28,7 @@ def test_ctrl_c_records_the_trial_and_keeps_the_best_so_far(workdir, monkeypatch
             return TrialResult("ok", None, ok_measurement())
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("autotune.search.objective.run_trial", fake_run_trial)
+    monkeypatch.setattr("autotune.search.training.run_trial", fake_run_trial)
     with pytest.raises(SearchInterrupted) as info:
         run_search(search_settings(n_trials=4))
     assert info.value.exit_code == 130

@@ -11,6 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+import autotune.search.run
 import autotune.study.lifecycle
 from autotune.config import TrainConfig
 from autotune.measure import outcomes
@@ -82,7 +83,7 @@ def test_orphaned_trial_of_a_dead_tuner_is_failed_at_resume_and_retried_once(tmp
             t = study.ask({"x": optuna.distributions.CategoricalDistribution([1, 2])})
             for key, value in {"host": socket.gethostname(), "tuner_pid": pid, "trial_pid": 1, "config": {}}.items():
                 t.set_user_attr(key, value)
-        assert autotune.study.lifecycle.fail_orphaned_trials(study) == [0]
+        assert autotune.search.run.fail_orphaned_trials(study) == [0]
         trials = study.get_trials()
         assert trials[0].state == TrialState.FAIL and trials[0].user_attrs["outcome"] == outcomes.INTERRUPTED
         assert trials[1].state == TrialState.RUNNING  # its tuner is alive: not ours to touch
@@ -90,7 +91,7 @@ def test_orphaned_trial_of_a_dead_tuner_is_failed_at_resume_and_retried_once(tmp
         assert retry.params == trials[0].params and retry.system_attrs["failed_trial"] == 0
         # The retry does not inherit the dead attempt's host and pids (it would look orphaned).
         assert "tuner_pid" not in retry.user_attrs and "trial_pid" not in retry.user_attrs
-        assert autotune.study.lifecycle.fail_orphaned_trials(study) == []  # idempotent
+        assert autotune.search.run.fail_orphaned_trials(study) == []  # idempotent
     finally:
         alive.kill()
         alive.wait()

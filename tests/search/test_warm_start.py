@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from autotune.config import TrainConfig
 from autotune.device import DeviceInfo
 from autotune.present.compare import cross_apply, load_comparison
-from autotune.search.run import prepare
+from autotune.search.preflight import preflight
 from autotune.search.warm_start import enqueue_warm_start, invalid_here, warm_start_candidates
 from autotune.study.storage import load_ref
 from tests.helpers import study_settings, synthetic_study
@@ -50,7 +50,7 @@ def test_warm_start_runs_the_other_studys_best_first(compare_studies):
 
 @pytest.mark.process  # compare_studies runs two searches
 def test_warm_start_skips_what_cannot_run_here(studies, tmp_path, caplog):
-    ctx, _, _ = prepare(study_settings(tmp_path, "x"))
+    ctx = preflight(study_settings(tmp_path, "x")).task
     # a Volta GPU: no bf16, no flash -> every bf16 or flash configuration of a is skipped
     volta = dataclasses.replace(ctx, device=DeviceInfo(kind="cuda", name="Tesla V100", compute_capability="7.0"))
     source = load_ref(str(studies / "a.db"))
@@ -72,7 +72,7 @@ def test_warm_start_skips_what_cannot_run_here(studies, tmp_path, caplog):
 
 
 def test_invalid_here_checks_the_space_exactly(tmp_path):
-    ctx, _, _ = prepare(study_settings(tmp_path, "x"))
+    ctx = preflight(study_settings(tmp_path, "x")).task
     ok = TrainConfig(
         token_budget=2048, amp_dtype="bfloat16", sdpa_backend="flash", batching="padded", checkpoint_layers=(1,)
     )
