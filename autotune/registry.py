@@ -9,16 +9,16 @@ derived from it:
     TrainConfig (autotune.config)      its fields, defaults, validation and `--set` parsing
     search spaces (autotune.space)     which knobs are categorical, integer ranges and bounds
     device and model support           `knobs.support.check_supported`, `check_model_supported`
-    applying a configuration           `knobs.apply.apply_model_knobs` runs each knob's `apply`
-                                       hook, in the order of `MODEL_STAGE`
+    applying a configuration           each `Stage`'s hooks, plain functions in their stage's list
+                                       (`knobs.process`, `knobs.apply`; a loader knob's: its `loader`)
     the search's reasoning             `role`, `host_only`, `changes_graph`, `prefer`
     exports                            `integrations.hf`, `integrations.lightning`
     the docs' knob tables              `markdown_table()` (docs/knobs.md, docs/generation.md; tests check them)
 
-Adding a knob is one entry in `KNOBS` plus its apply function (the `module:function` its `apply`
-field names, called as `function(model, cfg, where)` in the model stage, at its `apply_order`);
-tests/test_registry.py adds a toy knob that way and sees it in `bench --set`, a space file, a
-recipe, `export` and the docs table.
+Adding a knob is one entry in `KNOBS` plus one function with its stage's signature, listed in
+that stage's tuple (`Stage` says where; a loader knob's function is the entry's `loader` mapping);
+tests/test_registry.py adds a toy knob of each stage that way and sees each take effect in a
+measured run, and in `bench --set`, a space file, a recipe, `export` and the docs table.
 
 Torch-free and import-light: the tuner and every study reader import it. Knobs of other tasks
 (`task`: generation) and of launchers (multi-GPU training) are declared here as well, each
@@ -72,12 +72,13 @@ class Role(str, enum.Enum):
 
 
 class Stage(str, enum.Enum):
-    """Where a knob takes effect in a run (the order a run sets things up in)."""
+    """Where a knob takes effect in a run (the order a run sets things up in), and its hook's list."""
 
-    PROCESS = "process"  # the trial process's environment, before CUDA starts
-    LOADER = "loader"  # the DataLoader and its batches
-    MODEL = "model"  # the model, in the order of MODEL_STAGE
-    STEP = "step"  # the context each training step runs in (precision, SDPA backend)
+    PROCESS = "process"  # the trial process's environment, before CUDA starts: knobs.process.PROCESS_STAGE
+    LOADER = "loader"  # the DataLoader and its batches: the entry's `loader` (data.batching.build_dataloader)
+    MODEL = "model"  # the model: knobs.apply.MODEL_STAGE
+    OPTIMIZER = "optimizer"  # the optimizer's keyword arguments: knobs.apply.OPTIMIZER_STAGE
+    STEP = "step"  # the context each forward pass runs in (precision, SDPA backend): knobs.apply.STEP_STAGE
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Knob:
     default: Any
     about: str  # one line: what it does (docs, `--set` errors)
     stage: Stage
-    applied: str  # where it takes effect, as module:function (the docs' "applied in"; the hook)
+    applied: str  # where it takes effect, as module:function (the docs' "applied in")
     choices: tuple[Any, ...] = ()  # CHOICE: the names a user writes
     low: int = 0  # INTEGER, OPTIONAL_INTEGER, BLOCKS: the least value
     high: int | None = None  # and the most (None: no bound)
@@ -108,10 +109,6 @@ class Knob:
     # "world_size": ranks, "cpus": this host's usable CPUs}):
     # (knobs, run) -> why this value cannot run so; UnsupportedConfig, a search prunes it.
     run_rule: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None] | None = None
-    # The model stage calls it: `function(model, cfg, where) -> model`, knobs in the order of
-    # their `apply_order` (MODEL_STAGE); where is a `knobs.apply.Where` (block path, device kind).
-    apply: str | None = None
-    apply_order: int = 50
     host_only: bool = False  # moves host memory only: on a GPU it cannot change the device's peak
     # Meaningful only with several ranks (multi-GPU training): at its default whenever
     # parallelism=none, and then left out of a recipe, which reads as it always has.
@@ -128,7 +125,8 @@ class Knob:
     # Lightning Trainer keyword arguments, and the note, the same way (`integrations.lightning`).
     lightning: Callable[[Any, Any], dict[str, Any]] | None = None
     lightning_note: Callable[[Any, Any], str | None] | None = None
-    # DataLoader keyword arguments (plain PyTorch and Lightning): (value, view) -> {kwarg: value}.
+    # DataLoader keyword arguments, the loader stage's hook (build_dataloader; Lightning's export):
+    # (value, view) -> {kwarg: value}; view has `.cfg` and `.sequences_per_step`.
     loader: Callable[[Any, Any], dict[str, Any]] | None = None
     # Generation knobs: Hugging Face GenerationConfig fields for a value, (value, view) -> {field: value},
     # and what GenerationConfig cannot express of it (`integrations.generation`).
@@ -1051,8 +1049,6 @@ KNOBS: tuple[Knob, ...] = (
         requires=_cuda_graph_requires,
         device_rule=_compile_rule,
         run_rule=_cuda_graph_run_rule,
-        apply="autotune.knobs.compile:apply_compile_knob",
-        apply_order=90,  # last: it compiles what the others made
         # default compiles in tens of seconds; max-autotune in minutes per trial
         prefer={
             "cuda": ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune", "none"),
@@ -1084,13 +1080,9 @@ KNOBS: tuple[Knob, ...] = (
         "auto",
         "the forced scaled_dot_product_attention kernel (auto: torch's choice)",
         Stage.STEP,
-        "autotune.knobs.precision:sdpa_backend",
+        "autotune.knobs.precision:sdpa_backend",  # what the kernel assumes of the model: knobs.attention
         choices=("auto", "math", "efficient", "flash", "cudnn"),
         device_rule=_sdpa_rule,
-        # What the forced kernel assumes of the model (attention through SDPA; no attention
-        # dropout under a CPU's flash), made so first, before anything wraps the attention.
-        apply="autotune.knobs.attention:apply_attention_knob",
-        apply_order=5,
         # FlashAttention-2 (Dao 2023); on Hopper cuDNN first: up to 75 % faster than FlashAttention-2
         # on H100 (PyTorch 2.5 release notes), as search.priors says there
         prefer={
@@ -1110,8 +1102,6 @@ KNOBS: tuple[Knob, ...] = (
         "autotune.knobs.loss:apply_loss_knob",
         choices=("standard", "chunked"),
         model_rule=_loss_rule,
-        apply="autotune.knobs.loss:apply_loss_knob",
-        apply_order=10,  # before compile traces the loss
         prefer={"cuda": ("standard", "chunked"), "cpu": ("standard", "chunked")},
         hf_note=_loss_note,
         lightning_note=_loss_note,
@@ -1139,8 +1129,6 @@ KNOBS: tuple[Knob, ...] = (
         low=0,
         high=MAX_BLOCK_INDEX,
         role=Role.CHECKPOINT,
-        apply="autotune.knobs.checkpoint:apply_checkpoint_knob",
-        apply_order=20,  # before compile, so dynamo sees each checkpoint as one op
         prefer={"cuda": ((),), "cpu": ((),)},  # experts checkpoint only to fit a larger budget
         hf=_hf_checkpoint,
         hf_note=_explained_elsewhere,
@@ -1152,10 +1140,8 @@ KNOBS: tuple[Knob, ...] = (
         False,
         "the CUDA caching allocator's expandable_segments (PYTORCH_CUDA_ALLOC_CONF), set before CUDA starts",
         Stage.PROCESS,
-        "autotune.knobs.allocator:allocator_env",
+        "autotune.knobs.allocator:allocator_env",  # where CUDA already runs, the model stage sets it
         device_rule=_expandable_rule,
-        apply="autotune.knobs.allocator:apply_allocator_knob",
-        apply_order=0,  # before anything allocates
         changes_graph=False,
         prefer={"cuda": (False, True), "cpu": (False,)},
         hf_note=lambda v, view: (
@@ -1173,12 +1159,6 @@ KNOBS: tuple[Knob, ...] = (
         choices=PARALLELISMS,
         requires=_fsdp2_scaler_requires,
         run_rule=_parallelism_run_rule,
-        apply="autotune.knobs.parallel:apply_parallel_knob",
-        # After checkpointing (20) and compile (90), as torchtitan orders them: activation
-        # checkpointing, then compile per block, then fully_shard per block and the root (or the
-        # DDP wrap). Compiled blocks meet their FSDP2 hooks and DDP's buckets from outside, and
-        # DDP's forward is where dynamo's DDPOptimizer finds the buckets to split graphs at.
-        apply_order=95,
         ranks_only=True,
         # DDP first where the model fits: 8,034 against FSDP's 1,747 tokens/s per device for a 1B
         # model on 4 GPUs (OLMo #762); FSDP2 pays only when memory forces it
@@ -1271,9 +1251,6 @@ KNOBS: tuple[Knob, ...] = (
 )
 
 BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
-# The model stage's order, for a reason (`knobs.apply` says why): the allocator before anything
-# allocates, the loss seam before anything compiles it, checkpointing before compile, compile last.
-MODEL_STAGE: tuple[str, ...] = tuple(k.name for k in sorted(KNOBS, key=lambda k: k.apply_order) if k.apply)
 
 
 def knob(name: str) -> Knob:
@@ -1286,15 +1263,6 @@ def knobs_of(task: str = TRAIN) -> tuple[Knob, ...]:
 
 def names(task: str = TRAIN) -> tuple[str, ...]:
     return tuple(k.name for k in knobs_of(task))
-
-
-def resolve(target: str) -> Callable[..., Any]:
-    """The function a `module:function` string names (imported when first needed: torch-free
-    until a run applies a knob)."""
-    import importlib
-
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def markdown_table(task: str = TRAIN) -> str:

@@ -42,7 +42,7 @@ def train(cfg: TrainConfig, steps: int, accumulation: int, rank: int, world: int
     torch.manual_seed(0)
     model = apply_model_knobs(build_model("gpt2-tiny"), cfg, world_size=world)
     inner = getattr(model, "module", model)
-    optimizer = make_optimizer(model, torch.device("cpu"))
+    optimizer = make_optimizer(model, cfg)
     grads: list[list[torch.Tensor]] = []
     stepping = optimizer.step
 

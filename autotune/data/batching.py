@@ -14,12 +14,14 @@ position belongs to, for the model's `document_ids` argument.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
+from autotune import registry
 from autotune.config import IGNORE_INDEX, TrainConfig, check_int
 from autotune.data.datasets import TokenDataset
 from autotune.data.packing import PACKED_MAX_TOKENS, PackedDataset
@@ -206,8 +208,8 @@ def build_dataloader(
     whole_data: bool = False,
     world_size: int = 1,
 ) -> DataLoader:
-    """The loader of (input_ids, labels) batches for `cfg.batching`, and the one place the
-    DataLoader knobs (num_workers, prefetch_factor, pin_memory, persistent_workers) apply.
+    """The loader of (input_ids, labels) batches for `cfg.batching`, and the loader stage: each
+    knob's registry `loader` mapping gives its DataLoader keywords (num_workers, prefetch_factor, ...).
     A user `collate_fn` replaces ours and receives the list of 1-D token tensors (packed
     with attention_mask=document: of (window, document_ids) pairs).
 
@@ -240,13 +242,14 @@ def build_dataloader(
                 f"token_budget {cfg.token_budget}: {cfg.batching} batching needs {sampler.batch_size} "
                 f"sequences of {seq_len} per step, the data gives only {len(dataset)}"
             )
+    # The sampler plans each batch: the DataLoader's batch_size stays its 1 (token_budget's mapping).
+    view, knobs = SimpleNamespace(cfg=cfg, sequences_per_step=1), {}
+    for knob in (k for k in registry.knobs_of() if k.loader is not None):
+        knobs.update(knob.loader(getattr(cfg, knob.name), view))
     return DataLoader(
         dataset,  # type: ignore[arg-type]  # map-style by protocol, not by Dataset subclass
         batch_sampler=sampler if world_size == 1 else RankBatches(sampler, world_size),
-        num_workers=cfg.num_workers,
-        prefetch_factor=cfg.prefetch_factor if cfg.num_workers > 0 else None,
-        pin_memory=cfg.pin_memory,
-        persistent_workers=cfg.persistent_workers,
+        **knobs,
         collate_fn=collate_fn
         or (DocumentCollate() if documents else PadCollate(seq_len, bucket, pad_to_full=cfg.batching != "padded")),
         generator=torch.Generator().manual_seed(seed),  # seeds the workers' RNGs reproducibly

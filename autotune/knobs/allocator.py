@@ -4,9 +4,9 @@ With it, the allocator maps more memory into an existing segment instead of allo
 new one when a larger block is needed: batches of varying shape then fragment the cache
 less (fewer cudaMalloc/cudaFree calls, a lower reserved peak). The allocator reads it from
 PYTORCH_CUDA_ALLOC_CONF when it starts, so a trial process is started with it in its
-environment (`allocator_env`, used by autotune/trial/runner.py); in a process whose CUDA is
-already running (bench, a recipe applied in training code) `apply_allocator_settings` sets it
-for the segments allocated from then on."""
+environment (`allocator_env`, the process stage's hook in `knobs.process`); in a process whose
+CUDA is already running (bench, a recipe applied in training code) `apply_allocator_knob` sets
+it for the segments allocated from then on."""
 
 from __future__ import annotations
 
@@ -36,15 +36,6 @@ def with_option(conf: str, key: str, value: str) -> str:
     return ",".join(options + [f"{key}:{value}"])
 
 
-def apply_allocator_settings(cfg: TrainConfig, device_kind: str) -> None:
-    """In this process, on CUDA: turn expandable segments on for the allocations to come.
-    Only on: a false knob leaves the process's own setting alone (a trial process gets an
-    explicit false from `allocator_env`)."""
-    if device_kind != "cuda" or not cfg.expandable_segments:
-        return
-    set_allocator_settings(f"{OPTION}:True")
-
-
 def set_allocator_settings(settings: str) -> None:
     """The caching allocator's settings from now on, as PYTORCH_CUDA_ALLOC_CONF writes them:
     through torch's device-neutral entry point where it has one (torch 2.13 here, where
@@ -59,6 +50,9 @@ def set_allocator_settings(settings: str) -> None:
 
 
 def apply_allocator_knob(model: Any, cfg: TrainConfig, where: Any) -> Any:
-    """The registry's hook for `expandable_segments` (model stage, first)."""
-    apply_allocator_settings(cfg, where.device_kind)
+    """The model stage's hook for `expandable_segments` (first): in this process, on CUDA, turn
+    expandable segments on for the allocations to come. Only on: a false knob leaves the process's
+    own setting alone (a trial process gets an explicit false from `allocator_env`)."""
+    if where.device_kind == "cuda" and cfg.expandable_segments:
+        set_allocator_settings(f"{OPTION}:True")
     return model

@@ -32,7 +32,7 @@ from autotune.model.introspect import attention_dropouts
 
 
 def apply_attention_knob(model: nn.Module, cfg: TrainConfig, where: Any) -> nn.Module:
-    """The registry's hook for `sdpa_backend`: first in the model stage, before anything wraps
+    """The model stage's hook for `sdpa_backend`: after the allocator, before anything wraps
     the attention modules."""
     if cfg.sdpa_backend == "auto":
         return model

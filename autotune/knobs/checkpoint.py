@@ -118,7 +118,7 @@ def is_checkpointed(block: nn.Module) -> bool:
 
 
 def apply_checkpoint_knob(model: nn.Module, cfg: TrainConfig, where: Any) -> nn.Module:
-    """The registry's hook for `checkpoint_layers`: after the loss, before compile."""
+    """The model stage's hook for `checkpoint_layers`: after the loss, before compile."""
     return apply_activation_checkpointing(
         model,
         cfg.checkpoint_layers,

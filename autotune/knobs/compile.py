@@ -130,7 +130,7 @@ def head_is_compiled(model: nn.Module) -> bool:
 
 
 def apply_compile_knob(model: nn.Module, cfg: TrainConfig, where: Any) -> nn.Module:
-    """The registry's hook for `compile_mode` and `compile_scope`: last, over what checkpointing
+    """The model stage's hook for `compile_mode` and `compile_scope`: over what checkpointing
     made (dynamic shapes for padded batches)."""
     return apply_compile(
         model, cfg.compile_mode, where.block_path, scope=cfg.compile_scope, dynamic=compile_dynamic(cfg.batching)

@@ -14,23 +14,18 @@ from autotune.model.hf_loss import install_head_loss
 from autotune.model.loss import chunked, standard_linear_cross_entropy
 
 
-def apply_loss_impl(model: nn.Module, impl: str, token_budget: int) -> nn.Module:
-    """`standard` or `chunked` on a model with the seam; a transformers causal LM is given the
-    seam for `chunked` (`model.hf_loss`: UnsupportedConfig, nothing changed, where its logits
-    are not its head over its last hidden state); another model without one keeps its own
-    loss under `standard` (check_model_supported rejects `chunked` there first). Chunked
-    slices are sized for `token_budget` tokens, the most a step holds, so their count is
-    fixed for the run and a compiled head keeps one graph across batch shapes."""
-    if impl == "chunked" and is_hf_model(model):
+def apply_loss_knob(model: nn.Module, cfg: TrainConfig, where: Any) -> nn.Module:
+    """The model stage's hook for `loss_impl`: `standard` or `chunked` on a model with the seam; a
+    transformers causal LM is given the seam for `chunked` (`model.hf_loss`: UnsupportedConfig,
+    nothing changed, where its logits are not its head over its last hidden state); another model
+    without one keeps its own loss under `standard` (check_model_supported rejects `chunked` there
+    first). Chunked slices are sized for the token budget, the most a step holds, so their count
+    is fixed for the run and a compiled head keeps one graph across batch shapes."""
+    if cfg.loss_impl == "chunked" and is_hf_model(model):
         install_head_loss(model)
     if not callable(getattr(model, "linear_cross_entropy", None)):
         return model
     model.linear_cross_entropy = (
-        standard_linear_cross_entropy if impl == "standard" else chunked(max_tokens=token_budget)
+        standard_linear_cross_entropy if cfg.loss_impl == "standard" else chunked(max_tokens=cfg.token_budget)
     )
     return model
-
-
-def apply_loss_knob(model: nn.Module, cfg: TrainConfig, where: Any) -> nn.Module:
-    """The registry's hook for `loss_impl`: before checkpointing and compile, which must see it."""
-    return apply_loss_impl(model, cfg.loss_impl, cfg.token_budget)

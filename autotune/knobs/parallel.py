@@ -36,7 +36,7 @@ REDUCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def apply_parallel_knob(model: nn.Module, cfg: TrainConfig, where: Any) -> nn.Module:
-    """The registry's hook for `parallelism` (and DDP's and FSDP2's knobs): the model wrapped in
+    """The model stage's hook for `parallelism` (and DDP's and FSDP2's knobs): the model wrapped in
     DDP, or sharded with FSDP2, over the initialised process group; the model itself for none.
     `where.world_size` is the number of ranks the caller expects."""
     expected = getattr(where, "world_size", 1)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from autotune.config import SDPA_KERNELS, TrainConfig
+from autotune.config import SDPA_KERNELS
 
 _AUTOCAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -48,14 +48,6 @@ def sdpa_backend(backend: str) -> contextlib.AbstractContextManager[None]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([getattr(SDPBackend, SDPA_KERNELS[backend])])
-
-
-@contextlib.contextmanager
-def training_context(device_kind: str, cfg: TrainConfig) -> Iterator[None]:
-    """Everything a forward pass runs under: autocast to the AMP dtype and the forced SDPA
-    backend. TF32 is not here: it is set for the whole step (`fp32_precision`)."""
-    with precision(device_kind, cfg.amp_dtype), sdpa_backend(cfg.sdpa_backend):
-        yield
 
 
 def grad_scaler(device_kind: str, amp_dtype: str) -> torch.amp.GradScaler:

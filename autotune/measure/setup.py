@@ -108,7 +108,7 @@ def set_up_training(
     if before_knobs is not None:
         before_knobs()
     model = apply_model_knobs(model, cfg, world_size=spec.nproc_per_node)  # DDP wraps: train what comes back
-    optimizer = make_optimizer(model, device)
+    optimizer = make_optimizer(model, cfg)
     scaler = grad_scaler(device_kind, cfg.amp_dtype)
     dataset = make_dataset(
         spec.data,

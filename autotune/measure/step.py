@@ -11,8 +11,8 @@ import torch.nn as nn
 
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
+from autotune.knobs.apply import OPTIMIZER_STAGE, training_context
 from autotune.knobs.parallel import GradientSync
-from autotune.knobs.precision import training_context
 from autotune.model.contract import forward_loss
 
 OPTIMIZER_REGION = "autotune:optimizer"  # profiler label of the optimizer step (see measure/profile.py)
@@ -92,13 +92,17 @@ class TrainStep:
 make_train_step = TrainStep  # the name the loops call it by
 
 
-def make_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW as in GPT-2 training; the fused kernel where this torch and device have one."""
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW as in GPT-2 training, with the optimizer stage's keywords (`knobs.apply.OPTIMIZER_STAGE`);
+    the fused kernel where this torch and device have one."""
     params = [p for p in model.parameters() if p.requires_grad]
+    kwargs = {"lr": 3e-4, "weight_decay": 0.1}
+    for hook in OPTIMIZER_STAGE:
+        kwargs.update(hook(cfg))
     try:
-        return torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1, fused=True)
+        return torch.optim.AdamW(params, **{"fused": True, **kwargs})
     except (RuntimeError, TypeError):
-        return torch.optim.AdamW(params, lr=3e-4, weight_decay=0.1)
+        return torch.optim.AdamW(params, **kwargs)
 
 
 class EndlessBatches:

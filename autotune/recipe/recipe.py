@@ -487,7 +487,8 @@ class Recipe:
         `apply_to_model` does), and leaves it on when the block ends: the backward pass and
         the optimizer step that follow it are two thirds of the step's matmuls.
         device_type: "cuda" when CUDA is available, else "cpu"."""
-        from autotune.knobs.precision import set_tf32, training_context
+        from autotune.knobs.apply import training_context
+        from autotune.knobs.precision import set_tf32
         from autotune.recipe.training import device_kind
 
         if self.config.amp_dtype == "tf32":

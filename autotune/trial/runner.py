@@ -36,7 +36,7 @@ from autotune.device import DeviceInfo, ProcessTreeMemory, descendants
 from autotune.device.disk import FULL_DISK_ERRNOS, disk_full, disk_full_in
 from autotune.device.memory import oom_kill_count, oom_killed_since, read_stat
 from autotune.errors import DiskFull, UnsupportedConfig
-from autotune.knobs.allocator import allocator_env
+from autotune.knobs.process import process_env
 from autotune.measure import outcomes
 from autotune.measure.measurement import Measurement
 from autotune.trial import folders, fork_server
@@ -97,8 +97,8 @@ def run_trial(
         except UnsupportedConfig as exc:
             return TrialResult(outcomes.UNSUPPORTED, str(exc))
         limit = limit * spec.nproc_per_node if limit else None
-    # The allocator reads its settings once, when CUDA starts: the trial starts with them.
-    env = {**(env or {}), **allocator_env(cfg, {**os.environ, **(env or {})})}
+    # The process stage's variables (the allocator reads its settings once, when CUDA starts).
+    env = {**(env or {}), **process_env(cfg, {**os.environ, **(env or {})})}
     child = run_child(["--measure"], request, timeout_s=timeout_s, env=env, on_start=on_start, rss_limit=limit)
     return trial_result(child)
 
@@ -131,7 +131,7 @@ def run_soak(
         "steps": steps,
     }
     limit = spec.memory_limit_bytes if spec.device_kind == "cpu" else None
-    env = allocator_env(cfg, dict(os.environ))
+    env = process_env(cfg, dict(os.environ))
     child = run_child(["--soak"], request, timeout_s=timeout_s, env=env, rss_limit=limit)
     if child.verdict is not None:
         return child.verdict[0], child.verdict[1], None

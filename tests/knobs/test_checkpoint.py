@@ -10,8 +10,8 @@ import torch
 
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
+from autotune.knobs.apply import training_context
 from autotune.knobs.checkpoint import apply_activation_checkpointing, is_checkpointed
-from autotune.knobs.precision import training_context
 from autotune.model.introspect import find_blocks
 from autotune.model.load import build_model
 from tests.helpers import FLASH_OP, MATH_OP, batch, tiny

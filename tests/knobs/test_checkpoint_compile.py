@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from autotune.config import TrainConfig
+from autotune.knobs.apply import training_context
 from autotune.knobs.checkpoint import apply_checkpoint_knob
-from autotune.knobs.precision import training_context
 from autotune.model.load import build_model
 from tests.examples.test_readme_snippets import documents, run, snippet
 from tests.helpers import FLASH_OP, HF, MATH_OP, batch, tiny

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from autotune.config import TrainConfig
-from autotune.knobs.allocator import allocator_env, apply_allocator_settings, with_option
+from autotune.knobs.allocator import allocator_env, apply_allocator_knob, with_option
+from autotune.knobs.apply import Where
 
 ON, OFF = TrainConfig(expandable_segments=True), TrainConfig()
 
@@ -46,10 +47,10 @@ def allocator_settings():
 
 def test_in_process_it_is_set_on_cuda_only(allocator_settings):
     torch._C._accelerator_setAllocatorSettings("expandable_segments:False")
-    apply_allocator_settings(ON, "cpu")
-    apply_allocator_settings(OFF, "cuda")  # false leaves the process's own setting alone
+    apply_allocator_knob(None, ON, Where(None, "cpu"))
+    apply_allocator_knob(None, OFF, Where(None, "cuda"))  # false leaves the process's own setting alone
     assert allocator_settings() == "expandable_segments:False"
-    apply_allocator_settings(ON, "cuda")
+    apply_allocator_knob(None, ON, Where(None, "cuda"))
     assert allocator_settings() == "expandable_segments:True"
 
 
@@ -59,5 +60,5 @@ def test_on_a_torch_without_the_device_neutral_setter_its_older_name_sets_it(mon
     seen: list[str] = []
     monkeypatch.delattr(torch._C, "_accelerator_setAllocatorSettings", raising=False)
     monkeypatch.setattr(torch.cuda.memory, "_set_allocator_settings", seen.append)
-    apply_allocator_settings(ON, "cuda")
+    apply_allocator_knob(None, ON, Where(None, "cuda"))
     assert seen == ["expandable_segments:True"]

@@ -3,6 +3,8 @@ the device rules refuse what a CPU cannot run, with the reason."""
 
 from __future__ import annotations
 
+import pkgutil
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -178,8 +180,7 @@ def test_a_model_that_cannot_use_a_static_cache_is_refused_in_one_line():
 
 def test_every_generation_knob_says_where_it_takes_effect_and_that_place_exists():
     for knob in registry.knobs_of(registry.GENERATE):
-        assert callable(registry.resolve(knob.applied)), knob.name
-        assert knob.apply is None, knob.name  # not the training model stage
+        assert callable(pkgutil.resolve_name(knob.applied)), knob.name
 
 
 def test_a_transformers_models_cache_and_compile_are_generates_own(monkeypatch):

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from autotune.config import TrainConfig
-from autotune.knobs.precision import fp32_precision, grad_scaler, precision, set_tf32, training_context
+from autotune.knobs.apply import training_context
+from autotune.knobs.precision import fp32_precision, grad_scaler, precision, set_tf32
 from autotune.measure.outcomes import is_sdpa_unsupported_error
 from tests.helpers import FLASH_OP, MATH_OP, batch, tiny
 

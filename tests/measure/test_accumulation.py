@@ -124,8 +124,8 @@ def test_measure_times_whole_optimizer_steps_and_counts_every_micro_steps_tokens
 
         return spied
 
-    def make_optimizer(model, device):
-        optimizer = real_optimizer(model, device)
+    def make_optimizer(model, cfg):
+        optimizer = real_optimizer(model, cfg)
         inner = optimizer.step
 
         def counted(*args, **kwargs):

@@ -16,7 +16,7 @@ from autotune.model.load import build_model
 
 
 def _step(model, cfg, accumulation):
-    optimizer = make_optimizer(model, torch.device("cpu"))
+    optimizer = make_optimizer(model, cfg)
     return make_train_step(
         model,
         optimizer,

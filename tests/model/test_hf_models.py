@@ -15,8 +15,7 @@ import torch.nn.functional as F
 
 from autotune.config import IGNORE_INDEX, TrainConfig
 from autotune.errors import UsageError
-from autotune.knobs.apply import apply_model_knobs
-from autotune.knobs.precision import training_context
+from autotune.knobs.apply import apply_model_knobs, training_context
 from autotune.measure.step import make_optimizer, make_train_step
 from autotune.model.contract import ALIGNED, UNSHIFTED, forward_loss, label_convention_of
 from autotune.model.hf import HF_MODELS
@@ -146,7 +145,7 @@ def test_a_train_step_on_an_hf_model():
         apply_model_knobs(model, cfg)
         step = make_train_step(
             model,
-            make_optimizer(model, torch.device("cpu")),
+            make_optimizer(model, cfg),
             torch.amp.GradScaler("cpu", enabled=False),
             device=torch.device("cpu"),
             device_kind="cpu",
