@@ -34,6 +34,7 @@ from autotune.present.text import (
 from autotune.study.record import TrialRecord
 from autotune.study.references import BASELINE, CHECKLIST
 from autotune.study.storage import load_ref
+from autotune.study.study_record import StudyRecord
 from autotune.study.summary import StudySummary, summarize
 from autotune.study.urls import redact
 
@@ -53,12 +54,12 @@ class StudyView:
     importance: Importance
 
     @property
-    def attrs(self) -> dict[str, Any]:
-        return self.study.user_attrs
+    def about(self) -> StudyRecord:
+        return self.summary.about
 
     @property
     def hardware(self) -> dict[str, Any]:
-        return self.attrs.get("hardware") or {}
+        return self.about.hardware
 
     @property
     def best_config(self) -> dict[str, Any] | None:
@@ -70,12 +71,11 @@ class StudyView:
 
     @property
     def task(self) -> str:
-        return self.attrs.get("task") or "train"  # a study made before generation studies trained
+        return self.about.task
 
     @property
     def torch_version(self) -> str | None:
-        software = (self.attrs.get("autotune") or {}).get("software") or {}
-        return self.hardware.get("torch") or software.get("torch")
+        return self.hardware.get("torch") or self.about.software.get("torch")
 
 
 def view_study(study: optuna.Study, ref: str, label: str | None = None) -> StudyView:
@@ -210,7 +210,7 @@ def comparability_notes(views: Sequence[StudyView]) -> list[str]:
             "a generation study's output tokens; side by side, not comparable"
         )
     for key, what in (("model", "models"), ("data", "data"), ("seq_len", "context lengths")):
-        values = {str(v.attrs[key]) for v in views if v.attrs.get(key) is not None}
+        values = {str(getattr(v.about, key)) for v in views if getattr(v.about, key) is not None}
         if len(values) > 1:
             notes.append(
                 f"the studies tuned different {what} ({', '.join(sorted(values))}): "
@@ -234,7 +234,7 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
     if any(v.hardware.get("cuda") for v in views):
         row("CUDA / driver", (f"{v.hardware.get('cuda') or '-'} / {v.hardware.get('driver') or '-'}" for v in views))
     row("task", (v.task for v in views))
-    row("model", (f"{v.attrs.get('model', '?')} (seq {v.attrs.get('seq_len', '?')})" for v in views))
+    row("model", (f"{v.about.model or '?'} (seq {v.about.seq_len or '?'})" for v in views))
     row("best trial", (f"#{v.summary.best.number}" if v.summary.best else "none within the limit" for v in views))
     row(
         "tokens/s"
@@ -270,7 +270,7 @@ def comparison_rows(comp: Comparison) -> tuple[list[str], list[list[str]]]:
         "peak memory / limit",
         (
             memory_text(
-                v.best_measurement.peak_memory_bytes if v.best_measurement else None, v.attrs.get("memory_limit_bytes")
+                v.best_measurement.peak_memory_bytes if v.best_measurement else None, v.about.memory_limit_bytes
             )
             for v in views
         ),
@@ -354,10 +354,10 @@ def _view_dict(v: StudyView) -> dict[str, Any]:
         "storage": v.ref,
         "hardware": v.hardware,
         "torch": v.torch_version,
-        "model": v.attrs.get("model"),
-        "seq_len": v.attrs.get("seq_len"),
+        "model": v.about.model,
+        "seq_len": v.about.seq_len,
         "task": v.task,
-        "memory_limit_bytes": v.attrs.get("memory_limit_bytes"),
+        "memory_limit_bytes": v.about.memory_limit_bytes,
         "best": None
         if best is None
         else {

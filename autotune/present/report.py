@@ -47,6 +47,7 @@ from autotune.present.text import (
     value_text,
 )
 from autotune.study.references import BASELINE, CHECKLIST
+from autotune.study.study_record import StudyRecord
 from autotune.study.summary import StudySummary, summarize
 
 DPI = 120
@@ -130,8 +131,8 @@ def _rate_axis(axis) -> None:
 def _title(study: optuna.Study, what: str) -> str:
     """A figure's title. The study's fields are escaped: matplotlib warns on the terminal of a
     glyph its font lacks (an ESC) with the character itself, and a newline would forge a line."""
-    hw = (study.user_attrs.get("hardware") or {}).get("name", "?")
-    about = f"study {study.study_name}: {study.user_attrs.get('model', '?')} on {hw}"
+    record = StudyRecord.read(study.user_attrs)
+    about = f"study {study.study_name}: {record.model or '?'} on {record.hardware.get('name', '?')}"
     return f"{what}\n{printable(about)}"
 
 
@@ -246,7 +247,7 @@ def memory_figure(study: optuna.Study, summary: StudySummary):
         _message(fig, "no measured trial has a peak memory yet")
         return fig
     ax = fig.add_subplot()
-    limit = study.user_attrs.get("memory_limit_bytes")
+    limit = summary.about.memory_limit_bytes
     peaks = [p.peak for p in points]
     limit_on_scale = bool(limit) and limit <= 1.5 * max(peaks)
     unit, scale = _memory_unit(peaks + ([limit] if limit_on_scale else []))
@@ -482,16 +483,11 @@ def _top_trials(summary: StudySummary, n: int = 10) -> list[list[str]]:
 
 
 def report_sections(study: optuna.Study, summary: StudySummary, importance: Importance) -> list[Section]:
-    attrs = study.user_attrs
-    hw = attrs.get("hardware") or {}
-    software = (attrs.get("autotune") or {}).get("software") or {}
-    limit = attrs.get("memory_limit_bytes")
+    record = summary.about
+    hw, software, limit = record.hardware, record.software, record.memory_limit_bytes
     about = [
-        [
-            "model",
-            f"{attrs.get('model', '?')} (context {attrs.get('seq_len', '?')}, {attrs.get('n_layer', '?')} blocks)",
-        ],
-        ["data", str(attrs.get("data", "?"))],
+        ["model", f"{record.model or '?'} (context {record.seq_len or '?'}, {record.n_layer or '?'} blocks)"],
+        ["data", record.data or "?"],
         ["device", f"{hw.get('name', '?')} ({hw.get('kind', '?')})"],
         ["device memory", format_bytes(hw.get("total_memory_bytes")) if hw.get("total_memory_bytes") else "n/a"],
         ["memory limit", format_bytes(limit)],

@@ -384,11 +384,11 @@ def _ranked(summary) -> list[TrialRecord]:
 
 
 def show_text(study, summary, limit: int) -> str:
-    hw = study.user_attrs.get("hardware", {})
+    about = summary.about
     lines = [
-        f"study {printable(study.study_name)}: model {printable(study.user_attrs.get('model'))} on "
-        f"{printable(hw.get('name', '?'))}, "
-        f"memory limit {format_bytes(study.user_attrs.get('memory_limit_bytes'))}",
+        f"study {printable(study.study_name)}: model {printable(about.model)} on "
+        f"{printable(about.hardware.get('name', '?'))}, "
+        f"memory limit {format_bytes(about.memory_limit_bytes)}",
         f"trials: {len(summary.trials)} ({counts_text(summary.counts)})",
         "",
     ]
@@ -407,9 +407,9 @@ def show_json(study, summary) -> dict[str, Any]:
     s = summary
     return {
         "study": study.study_name,
-        "model": study.user_attrs.get("model"),
-        "hardware": study.user_attrs.get("hardware"),
-        "memory_limit_bytes": study.user_attrs.get("memory_limit_bytes"),
+        "model": s.about.model,
+        "hardware": s.about.hardware or None,
+        "memory_limit_bytes": s.about.memory_limit_bytes,
         "counts": s.counts,
         "best": _trial_json(s.best) if s.best else None,
         **speedup_json(s),

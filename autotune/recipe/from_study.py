@@ -12,19 +12,18 @@ from autotune.config import config_class
 from autotune.device.info import software_versions
 from autotune.errors import UsageError
 from autotune.recipe.recipe import Recipe, now_iso, recipe_measured
-from autotune.study.leaders import study_objective
 from autotune.study.record import TrialRecord
 from autotune.study.summary import StudySummary, summarize
 from autotune.study.urls import redact
 
 
 def recipe_from_trial(
-    summary: StudySummary, study_attrs: dict, study_name: str, storage_url: str, trial: TrialRecord | None = None
+    summary: StudySummary, study_name: str, storage_url: str, trial: TrialRecord | None = None
 ) -> Recipe:
     trial = trial or summary.best
-    m = trial.measurement
-    measured = recipe_measured(m, study_attrs.get("memory_limit_bytes"), study_attrs.get("memory_headroom"))
-    measured["objective"] = study_objective(study_attrs)
+    m, about = trial.measurement, summary.about
+    measured = recipe_measured(m, about.memory_limit_bytes, about.memory_headroom)
+    measured["objective"] = about.objective
     confirmation = trial.confirmation
     if trial.confirmed and m is not None:
         runs = list(trial.runs)
@@ -35,7 +34,7 @@ def recipe_from_trial(
         energies = [e for e in (m.joules_per_token, confirmation.joules_per_token) if e is not None]
         if len(energies) == 2:
             measured["joules_per_token"] = sum(energies) / 2
-    task = study_attrs.get("task", registry.TRAIN)
+    task = about.task
     if task == registry.GENERATE and m is not None:
         measured["generation"] = m.generation  # time to first token, per-token latency, the check
     if m is not None and m.world_size > 1:  # several ranks: tokens_per_sec is global (the mean of its runs)
@@ -46,8 +45,8 @@ def recipe_from_trial(
         measured["leaders"] = [{"trial": c.number, "runs": list(c.values), "mean": c.mean} for c in leaders]
     return Recipe(
         config=config_class(task).from_dict(trial.config),
-        model={**(m.model if m else {}), "name": study_attrs.get("model")},
-        data=study_attrs.get("data", "synthetic"),
+        model={**(m.model if m else {}), "name": about.model},
+        data=about.data or "synthetic",
         measured=measured,
         reference_speedups={
             "baseline": summary.speedup(summary.baseline),
@@ -58,20 +57,20 @@ def recipe_from_trial(
             for name, reference in (("baseline", summary.baseline), ("checklist", summary.checklist))
             if (flags := summary.speedup_flags(reference))
         },
-        hardware=study_attrs.get("hardware", {}),
-        software=(study_attrs.get("autotune") or {}).get("software") or software_versions(),
+        hardware=about.hardware,
+        software=about.software or software_versions(),
         study={"name": study_name, "storage": redact(storage_url), "trial": trial.number},
         created=now_iso(),
         # The study's global batch: every trial reached it by accumulating token_budget micro-batches.
-        global_batch_tokens=(study_attrs.get("run") or {}).get("global_batch_tokens"),
-        world_size=(study_attrs.get("run") or {}).get("nproc_per_node", 1),  # the ranks every trial ran on
+        global_batch_tokens=about.run.global_batch_tokens,
+        world_size=about.run.nproc_per_node,  # the ranks every trial ran on
         task=task,
-        workload=dict(study_attrs.get("workload") or {}),
+        workload=dict(about.workload or {}),
     )
 
 
 def write_recipe(study: optuna.Study, summary: StudySummary, name: str, url: str, path: str | None) -> Path:
-    recipe = recipe_from_trial(summary, study.user_attrs, name, url)
+    recipe = recipe_from_trial(summary, name, url)
     return recipe.save(path or Path("recipes") / f"{name}.json")
 
 
@@ -81,4 +80,4 @@ def best_recipe(study: optuna.Study, storage_url: str) -> Recipe:
     summary = summarize(study)
     if summary.best is None:
         raise UsageError(f"study {study.study_name!r} has no best trial ({summary.no_best_reason}): nothing to export")
-    return recipe_from_trial(summary, study.user_attrs, study.study_name, storage_url)
+    return recipe_from_trial(summary, study.study_name, storage_url)

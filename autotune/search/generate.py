@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 import optuna
 
 from autotune.config import DEFAULT_AGREE_TOKENS, GenerateConfig, GenerateSpec, check_workload_fits
-from autotune.device.info import software_versions
 from autotune.errors import UsageError
 from autotune.knobs.support import DeviceCapabilities
 from autotune.search.generation_space import (
@@ -40,6 +39,7 @@ from autotune.search.task import Basics, Rule, Task, model_slug
 from autotune.study import record
 from autotune.study.record import BOUND_OPTIONS, P99_TOKEN_LATENCY, TTFT
 from autotune.study.references import REFERENCE_ATTR
+from autotune.study.study_record import StudyRecord
 from autotune.trial.generate import model_facts, prompt_lengths_in_child, run_generation_trial
 from autotune.trial.runner import TrialResult
 
@@ -160,22 +160,9 @@ class GenerateTask(Task):
             "space_hash": self.space.hash,
         }
 
-    def attrs(self) -> dict[str, Any]:
-        return {
-            "autotune": {"kind": "search", "software": software_versions()},
-            "task": GENERATE,
-            "hardware": self.device.to_dict(),
-            "model": self.spec.model,
-            "memory_limit_bytes": self.memory_limit_bytes,
-            "memory_headroom": self.memory_headroom,
-            "objective": self.objective,
-            "space": self.space.to_dict(),
-            "space_hash": self.space.hash,
-            "identity": self.identity(),
-            "workload": {**self.workload(), "prompt_lens": list(self.spec.prompt_lens)},
-            "bounds": self.bounds,
-            "run": self.run_attrs(),
-        }
+    def record(self) -> StudyRecord:
+        workload = {**self.workload(), "prompt_lens": list(self.spec.prompt_lens)}
+        return self._record(self.space, workload=workload, bounds=self.bounds)
 
     def sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
         """TPE over the generation space; it reads every trial's constraints (Optuna 5)."""
@@ -223,7 +210,7 @@ class GenerateTask(Task):
     # --- resuming -----------------------------------------------------------------------------
 
     def rules(self, attrs: dict[str, Any], settings: "SearchSettings") -> list[Rule]:
-        bounds = attrs.get("bounds") or {}
+        bounds = StudyRecord.read(attrs).bounds or {}
         given = {P99_TOKEN_LATENCY: settings.max_p99_token_latency_s, TTFT: settings.max_ttft_s}
         fields = {P99_TOKEN_LATENCY: "max_p99_token_latency_s", TTFT: "max_ttft_s"}
         return [

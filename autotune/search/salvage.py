@@ -93,7 +93,7 @@ class Salvage:
         if summary.best is None:
             return f"no recipe written: {summary.no_best_reason}"
         try:
-            path = recipe_from_trial(summary, attrs, self.name, self.url).save(self.recipe_path)
+            path = recipe_from_trial(summary, self.name, self.url).save(self.recipe_path)
         except AutotuneError as exc:
             return f"no recipe written ({exc})"
         return f"the best so far (trial {summary.best.number}) is in {path}"

@@ -4,7 +4,7 @@ A task is the resolved, checked context of one study (the preflight's result: `s
 and everything that differs between tasks, behind the one interface the one search path calls
 (`search.run`, `search.objective`, `search.confirm`):
 
-    identity(), attrs()       what a study of it is; written once, when the study is made
+    identity(), record()      what a study of it is (`study.study_record`); written once, when it is made
     sampler(seed)             what proposes its trials
     configure(trial, ...)     a trial's configuration: a reference's, or the sampler's proposal
     refusal(cfg)              why cfg cannot run here (recorded unsupported; no process starts)
@@ -22,17 +22,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import optuna
 
 from autotune.device import DeviceInfo
+from autotune.device.info import software_versions
 from autotune.errors import UsageError
 from autotune.knobs.support import DeviceCapabilities
 from autotune.measure import outcomes
 from autotune.study import leaders
+from autotune.study.study_record import RunRules, StudyRecord
 from autotune.units import format_bytes
 
 if TYPE_CHECKING:
@@ -131,13 +133,28 @@ class Task:
     def identity(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def attrs(self) -> dict[str, Any]:
+    def record(self) -> StudyRecord:
+        """What a new study of this task is given (its attrs: `StudyRecord.attrs`)."""
         raise NotImplementedError
 
-    def run_attrs(self) -> dict[str, Any]:
-        """The timed window every trial was measured with (the study's "run" attr)."""
+    def _record(self, space: Any, **own: Any) -> StudyRecord:
+        """The record's fields every task shares, and the task's `own`."""
         spec = self.spec
-        return {"warmup": spec.warmup, "steps": spec.steps, "min_time_s": spec.min_time_s, "seed": spec.seed}
+        run = RunRules(spec.warmup, spec.steps, spec.min_time_s, spec.seed, own.pop("global_batch_tokens", None))
+        return StudyRecord(
+            task=self.name,
+            model=spec.model,
+            hardware=self.device.to_dict(),
+            software=software_versions(),
+            memory_limit_bytes=self.memory_limit_bytes,
+            memory_headroom=self.memory_headroom,
+            objective=self.objective,
+            run=replace(run, nproc_per_node=self.ranks),
+            space=space.to_dict(),
+            space_hash=space.hash,
+            identity=self.identity(),
+            **own,
+        )
 
     def sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
         raise NotImplementedError
@@ -171,21 +188,20 @@ class Task:
     def rules(self, attrs: dict[str, Any], settings: "SearchSettings") -> list[Rule]:
         """What a study of this task keeps when resumed: the memory limit and headroom, the timed
         window; a task adds its own."""
-        run = attrs.get("run") or {}
-        stored_limit = attrs.get("memory_limit_bytes")
+        stored = StudyRecord.read(attrs)
+        stored_limit = stored.memory_limit_bytes
         rules = [
             Rule(
                 "memory limit",
-                stored_limit if isinstance(stored_limit, int) else self.memory_limit_bytes,
+                stored_limit if stored_limit is not None else self.memory_limit_bytes,
                 self.memory_limit_bytes,
                 settings.limit_given,
                 lambda v: {"memory_limit_bytes": v},
                 lambda v: f"{format_bytes(v)} ({v} bytes)" if v == stored_limit else format_bytes(v),
             ),
-            # A study made before headrooms existed judged its trials against the limit itself: 0.
             Rule(
                 "--memory-headroom",
-                attrs.get("memory_headroom", 0.0),
+                stored.headroom,
                 self.memory_headroom,
                 settings.memory_headroom is not None,
                 lambda v: {"memory_headroom": v},
@@ -193,8 +209,10 @@ class Task:
             ),
         ]
         for key, option in (("steps", "--steps"), ("min_time_s", "--min-time")):
-            if run.get(key) is not None:
-                rules.append(Rule(option, run[key], getattr(self.spec, key), True, None, lambda v: f"{v:g}"))
+            if getattr(stored.run, key) is not None:
+                rules.append(
+                    Rule(option, getattr(stored.run, key), getattr(self.spec, key), True, None, lambda v: f"{v:g}")
+                )
         return rules
 
 
@@ -215,7 +233,7 @@ def resume(study: optuna.Study, task: Task, settings: "SearchSettings") -> Task:
     none; UsageError naming every rule the run asks to change (trials measured under other rules
     cannot be compared)."""
     attrs = study.user_attrs
-    stored_objective = leaders.study_objective(attrs)  # a study made before objectives: tokens/s
+    stored_objective = StudyRecord.read(attrs).objective
     if stored_objective != task.objective:
         if settings.objective is not None:
             raise UsageError(

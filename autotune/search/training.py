@@ -15,7 +15,6 @@ import optuna
 
 from autotune.config import RunSpec, TrainConfig, check_int
 from autotune.device import DeviceInfo, visible_gpu_count
-from autotune.device.info import software_versions
 from autotune.errors import UnsupportedConfig, UsageError
 from autotune.knobs.support import check_supported
 from autotune.model.sizes import ModelDims
@@ -25,6 +24,7 @@ from autotune.search.task import Basics, Rule, Task, model_slug
 from autotune.space.definition import SearchSpace
 from autotune.space.file import default_space_path, load_space
 from autotune.space.sampling import suggest
+from autotune.study.study_record import StudyRecord
 from autotune.trial.runner import TrialResult, run_trial
 
 if TYPE_CHECKING:
@@ -130,26 +130,15 @@ class TrainTask(Task):
             "space_hash": self.space.hash,
         }
 
-    def attrs(self) -> dict[str, Any]:
-        run = {**self.run_attrs(), "global_batch_tokens": self.spec.global_batch_tokens}
-        if self.ranks > 1:  # a single-process study's attrs read as they always have
-            run["nproc_per_node"] = self.ranks
-        return {
-            "autotune": {"kind": "search", "software": software_versions()},
-            "hardware": self.device.to_dict(),
-            "model": self.spec.model,
-            "data": self.spec.data,
-            "seq_len": self.space.seq_len,
-            "n_layer": self.space.n_layer,
-            "memory_limit_bytes": self.memory_limit_bytes,
-            "memory_headroom": self.memory_headroom,
-            "objective": self.objective,
-            "space": self.space.to_dict(),
-            "space_source": self.space.source,
-            "space_hash": self.space.hash,
-            "identity": self.identity(),
-            "run": run,
-        }
+    def record(self) -> StudyRecord:
+        return self._record(
+            self.space,
+            global_batch_tokens=self.spec.global_batch_tokens,
+            data=self.spec.data,
+            seq_len=self.space.seq_len,
+            n_layer=self.space.n_layer,
+            space_source=self.space.source,
+        )
 
     def sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
         return study_sampler(self, seed)
@@ -192,21 +181,21 @@ class TrainTask(Task):
     # --- resuming -----------------------------------------------------------------------------
 
     def rules(self, attrs: dict[str, Any], settings: "SearchSettings") -> list[Rule]:
-        run = attrs.get("run") or {}
+        run = StudyRecord.read(attrs).run
         asked = self.spec.global_batch_tokens
         return [
             *super().rules(attrs, settings),
             # A study made before global batches existed has no key: it measured without accumulation.
             Rule(
                 "--global-batch-tokens",
-                run.get("global_batch_tokens"),
+                run.global_batch_tokens,
                 asked,
                 asked is not None,
                 lambda v: {"spec": replace(self.spec, global_batch_tokens=v)},
                 lambda v: "unset" if v is None else str(v),
             ),
             # Tokens/s of N ranks is another figure than one rank's: a study has one world size.
-            Rule("--nproc-per-node", run.get("nproc_per_node", 1), self.ranks, True),
+            Rule("--nproc-per-node", run.nproc_per_node, self.ranks, True),
         ]
 
 

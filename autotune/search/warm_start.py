@@ -21,6 +21,7 @@ from autotune.search.training import TrainTask
 from autotune.space.sampling import outside_reason, params_for, suggest
 from autotune.study.record import TrialRecord, read_trials
 from autotune.study.storage import load_ref
+from autotune.study.study_record import StudyRecord
 from autotune.study.urls import redact
 
 log = logging.getLogger(__name__)
@@ -96,8 +97,8 @@ def plan_warm_start(ref: str, ctx: TrainTask, top_k: int = DEFAULT_WARM_START_K)
     why, are logged. Reads only: UsageError when the source cannot be read."""
     source = load_ref(ref)
     shown = redact(ref)
-    for key in ("model", "seq_len"):
-        theirs, ours = source.user_attrs.get(key), (ctx.spec.model if key == "model" else ctx.space.seq_len)
+    about = StudyRecord.read(source.user_attrs)
+    for key, theirs, ours in (("model", about.model, ctx.spec.model), ("seq_len", about.seq_len, ctx.space.seq_len)):
         if theirs is not None and theirs != ours:
             log.warning("warm start from %s: it was made for %s %s, this study is %s", shown, key, theirs, ours)
     skipped: dict[str, list[int]] = {}

@@ -42,13 +42,12 @@ def list_studies(storage_url: str | None = None, directory: Path = STUDIES_DIR) 
         for name in study_names(storage):
             study = optuna.load_study(study_name=name, storage=storage)
             summary = summarize(study)
-            hardware = study.user_attrs.get("hardware") or {}
             entries.append(
                 StudyEntry(
                     name=name,
                     storage=redact(url),
-                    model=study.user_attrs.get("model"),
-                    device=hardware.get("name"),
+                    model=summary.about.model,
+                    device=summary.about.hardware.get("name"),
                     trials=len(summary.trials),
                     best_tokens_per_sec=summary.best.figure if summary.best is not None else None,
                     default_storage=storage_url is None and url == f"sqlite:///{directory / (name + '.db')}",

@@ -113,13 +113,8 @@ def winner(top: Sequence[Candidate]) -> Candidate | None:
 # --- a study's leaders --------------------------------------------------------------------------
 
 
-def study_objective(study_attrs: Mapping[str, Any]) -> str:
-    return study_attrs.get("objective") or DEFAULT_OBJECTIVE
-
-
-def study_leaders(feasible: Iterable["TrialRecord"], study_attrs: Mapping[str, Any]) -> list[Candidate]:
-    """The leaders among a study's feasible trials, with their re-measurements."""
-    objective = study_objective(study_attrs)
+def study_leaders(feasible: Iterable["TrialRecord"], objective: str) -> list[Candidate]:
+    """The leaders among a study's feasible trials by the study's objective, with their re-measurements."""
     ranked = sorted(feasible, key=lambda r: r.value or 0.0, reverse=True)
     configs = [json.dumps(r.config or {}, sort_keys=True) for r in ranked]
     return leaders([_candidate(r, objective) for r in ranked], configs)

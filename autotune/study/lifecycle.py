@@ -29,6 +29,7 @@ from typing import Any, Callable, Protocol
 import optuna
 
 from autotune.errors import UsageError
+from autotune.study.study_record import StudyRecord
 from autotune.trial.processes import process_alive, stops_deferred
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class StudyOfTask(Protocol):
     ranks: int
 
     def identity(self) -> dict[str, Any]: ...
-    def attrs(self) -> dict[str, Any]: ...
+    def record(self) -> StudyRecord: ...
 
 
 # A study is ready once its identity attr is written. Its creator writes every other attr and
@@ -100,7 +101,7 @@ def open_study(
         study.sampler = sampler(worker_seed(seed, len(study.trials)))
     # The ranks first: a study of another rank count has another default space, and its hash
     # says nothing of why.
-    stored_ranks = (study.user_attrs.get("run") or {}).get("nproc_per_node", 1)
+    stored_ranks = StudyRecord.read(study.user_attrs).run.nproc_per_node
     asked_ranks = ctx.ranks
     if stored_ranks != asked_ranks:
         raise UsageError(
@@ -126,7 +127,7 @@ def worker_seed(seed: int, n_trials: int, pid: int | None = None) -> int:
 
 
 def _set_up(study: optuna.Study, ctx: StudyOfTask, on_create: Callable[[optuna.Study], None] | None = None) -> None:
-    attrs = ctx.attrs()  # its task's (`search.task`)
+    attrs = ctx.record().attrs()  # its task's (`search.task`): the one writer of a study's record
     identity = attrs.pop(READY_ATTR)
     for key, value in attrs.items():
         study.set_user_attr(key, value)

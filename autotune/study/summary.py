@@ -14,6 +14,7 @@ from autotune.measure import outcomes
 from autotune.study import leaders as leaders_
 from autotune.study.record import OVER_BOUND, TrialRecord, read_trials
 from autotune.study.references import BASELINE, CHECKLIST, INFEASIBLE, UNSTABLE
+from autotune.study.study_record import StudyRecord
 
 
 @dataclass
@@ -29,6 +30,7 @@ class StudySummary:
     leaders: list[leaders_.Candidate] = field(default_factory=list)
     # A study of several ranks: the best measured again on one rank (`search.scaling`), when it was
     single_rank: dict[str, Any] | None = None
+    about: StudyRecord = field(default_factory=StudyRecord)  # what the study is: its model, hardware, rules
 
     @property
     def world_size(self) -> int:
@@ -97,7 +99,8 @@ def summarize_records(name: str, records: list[TrialRecord], attrs: Mapping[str,
     """A study's summary from its records and attrs, read already (or known otherwise: a search
     whose storage stopped answering, `search.salvage`)."""
     feasible = [r for r in records if r.feasible]
-    leaders = leaders_.study_leaders(feasible, attrs)
+    about = StudyRecord.read(attrs)
+    leaders = leaders_.study_leaders(feasible, about.objective)
     chosen = leaders_.winner(leaders)
     best = next(r for r in feasible if r.number == chosen.number) if chosen else None
     counts: dict[str, int] = {}
@@ -119,4 +122,5 @@ def summarize_records(name: str, records: list[TrialRecord], attrs: Mapping[str,
         records,
         leaders,
         single_rank=single if isinstance(single, dict) else None,
+        about=about,
     )

@@ -57,7 +57,7 @@ def test_the_interval_beside_a_mean_of_two_runs_contains_both_or_is_absent():
         assert "3,252-4,016" not in text and "3,252-4,868" not in text
     summary = summarize(study)
     assert _trial_json(summary.best)["tokens_per_sec_ci95"] is None
-    recipe = recipe_from_trial(summary, study.user_attrs, study.study_name, "sqlite:///x.db")
+    recipe = recipe_from_trial(summary, study.study_name, "sqlite:///x.db")
     ci = recipe.measured["tokens_per_sec_ci95"]
     assert ci is None or (ci[0] <= 3634.0 and 5079.0 <= ci[1])
 

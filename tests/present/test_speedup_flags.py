@@ -72,7 +72,7 @@ def test_a_speedup_over_an_unstable_or_infeasible_reference_is_flagged_wherever_
     assert report["speedup vs checklist"] == "1.99x (the checklist broke the memory limit)"
     comparison = load_comparison([str(tmp_path / "flags.db")])
     assert "99.72x (the baseline was unstable: step time CV 113.0%)" in comparison_text(comparison)
-    recipe = recipe_from_trial(summary, study.user_attrs, "flags", "sqlite:///flags.db")
+    recipe = recipe_from_trial(summary, "flags", "sqlite:///flags.db")
     assert recipe.reference_flags == {"baseline": ["unstable"], "checklist": ["infeasible"]}
     again = Recipe.from_dict(json.loads(json.dumps(recipe.to_dict())))  # the file says it too
     assert again.reference_flags == recipe.reference_flags
@@ -88,5 +88,5 @@ def test_a_speedup_over_sound_references_is_a_plain_figure():
     assert ["speedup", "vs", "checklist", "1.99x"] in [line.split() for line in table.splitlines()]
     shown = show_json(study, summary)
     assert shown["speedup_vs_baseline_flags"] == [] and shown["speedup_vs_checklist_flags"] == []
-    recipe = recipe_from_trial(summary, study.user_attrs, "flags", "sqlite:///flags.db")
+    recipe = recipe_from_trial(summary, "flags", "sqlite:///flags.db")
     assert recipe.reference_flags == {} and "reference_flags" not in recipe.to_dict()

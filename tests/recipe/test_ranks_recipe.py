@@ -124,7 +124,7 @@ def test_the_recipe_of_a_study_of_several_ranks_records_them():
             },
         )
     )
-    recipe = recipe_from_trial(summarize(study), study.user_attrs, "s", "sqlite://")
+    recipe = recipe_from_trial(summarize(study), "s", "sqlite://")
     assert recipe.world_size == 2 and recipe.accumulation_steps == 2
     assert recipe.to_dict()["batch"]["world_size"] == 2
 

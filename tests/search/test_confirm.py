@@ -64,7 +64,7 @@ def test_overlapping_leaders_are_all_remeasured_and_the_best_mean_wins(monkeypat
     assert calls == [256, 512, 1024] and told == [(0, 1, 3), (1, 2, 3), (2, 3, 3)]
     summary = summarize(study)
     assert summary.best.number == 1
-    recipe = recipe_from_trial(summary, study.user_attrs, study.study_name, "sqlite:///x.db")
+    recipe = recipe_from_trial(summary, study.study_name, "sqlite:///x.db")
     assert recipe.config.token_budget == 512 and recipe.measured["tokens_per_sec"] == 1040.0
     assert recipe.measured["tokens_per_sec_runs"] == [1000.0, 1080.0]
     # Run again (a resumed study): nothing is measured twice.

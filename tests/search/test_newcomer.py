@@ -113,7 +113,7 @@ def test_an_unstable_best_is_flagged_in_its_line_the_summary_and_the_recipe(in_t
     text = search_summary(result_of(study, url))
     assert "was measured UNSTABLE" in text
     assert "UNSTABLE (step time CV 31.8%)" in show_text(study, summary, 20)
-    recipe = recipe_from_trial(summary, study.user_attrs, "s", url)
+    recipe = recipe_from_trial(summary, "s", url)
     assert recipe.measured["unstable"] is True
 
 

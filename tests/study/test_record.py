@@ -88,7 +88,7 @@ def test_every_presenter_shows_the_confirmed_mean_and_points_at_the_recipes_tria
     best = summary.best
     assert best.number == steady.number  # the best mean, not the best single run
     assert best.runs == (1200.0, 1180.0) and best.figure == pytest.approx(1190.0)
-    recipe = recipe_from_trial(summary, study.user_attrs, "s", "sqlite://")
+    recipe = recipe_from_trial(summary, "s", "sqlite://")
     assert recipe.study["trial"] == best.number and recipe.measured["tokens_per_sec"] == pytest.approx(1190.0)
     # show: the recipe's figure, with its runs; the best listed first
     text = show_text(study, summary, 10)
