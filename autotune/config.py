@@ -464,11 +464,6 @@ def check_runnable_here(cfg: TrainConfig, *, where: str = "config") -> None:
     check_workers_here(cfg.num_workers, where=where)
 
 
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise UsageError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-
-
 def normalize_config_dict(config: Mapping[str, Any]) -> dict[str, Any]:
     """A stored config dict made comparable across studies and autotune versions: through
     TrainConfig where it still reads (lists for tuples, defaults for missing knobs), else

@@ -13,7 +13,6 @@ position belongs to, for the model's `document_ids` argument.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -153,15 +152,6 @@ def _greedy_batches(order: np.ndarray, widths: np.ndarray, token_budget: int) ->
     return batches
 
 
-def random_batches(
-    lengths: Sequence[int] | np.ndarray, token_budget: int, seq_len: int, seed: int = 0, *, bucket: int | None = None
-) -> list[list[int]]:
-    """The comparison for length grouping: random order, the same budget rule."""
-    check_token_budget(token_budget, seq_len)
-    widths = padded_width(np.asarray(lengths, dtype=np.int64) - 1, seq_len, bucket or default_bucket(seq_len))
-    return _greedy_batches(np.random.default_rng(seed).permutation(len(widths)), widths, token_budget)
-
-
 class PadCollate:
     """Items -> (input_ids, labels), (B, width) int64, right-padded: inputs with
     PAD_TOKEN_ID, labels with IGNORE_INDEX. Width: seq_len when `pad_to_full`, else the
@@ -293,38 +283,3 @@ def padding_fraction(batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> fl
         pad += int((labels == IGNORE_INDEX).sum())
         total += labels.numel()
     return pad / total if total else 0.0
-
-
-@dataclass(frozen=True)
-class BatchShapesReport:
-    """One epoch's padding and shapes, planned from `lengths` alone (no data read; with
-    upper-bound lengths the padding figures are estimates)."""
-
-    grouped_padding: float  # padded mode: length-grouped batches
-    random_padding: float  # the same budget rule on a random order
-    fixed_padding: float  # the untuned baseline: token_budget // seq_len sequences padded to seq_len
-    widths: tuple[int, ...]  # distinct widths of the grouped batches
-    batches: int  # grouped batches per epoch
-
-
-def batch_shapes_report(
-    lengths: Sequence[int] | np.ndarray, token_budget: int, seq_len: int, *, seed: int = 0, bucket: int | None = None
-) -> BatchShapesReport:
-    """The padding figures to state: grouped vs random vs fixed, at one budget."""
-    bucket = bucket or default_bucket(seq_len)
-    inputs = np.asarray(lengths, dtype=np.int64) - 1
-    grouped = TokenBudgetBatchSampler(lengths, token_budget, seq_len, seed, bucket=bucket).batches(0)
-    fixed = FixedBatchSampler(len(inputs), token_budget // seq_len, seed).batches(0)
-
-    def fraction(batches: list[list[int]], pad_to_full: bool) -> float:
-        widths = [seq_len if pad_to_full else int(padded_width(inputs[b].max(), seq_len, bucket)) for b in batches]
-        slots = sum(width * len(b) for width, b in zip(widths, batches))
-        return 1 - sum(int(inputs[b].sum()) for b in batches) / slots if slots else 0.0
-
-    return BatchShapesReport(
-        grouped_padding=fraction(grouped, False),
-        random_padding=fraction(random_batches(lengths, token_budget, seq_len, seed, bucket=bucket), False),
-        fixed_padding=fraction(fixed, True),
-        widths=tuple(sorted({int(padded_width(inputs[b].max(), seq_len, bucket)) for b in grouped})),
-        batches=len(grouped),
-    )

@@ -99,11 +99,6 @@ def mfu_text(mfu: float | None, at_context: float | None, measured_peak: float |
 # --- studies (every trial a `study.record.TrialRecord`) --------------------------------------
 
 
-def trial_unstable(trial: TrialRecord) -> bool:
-    """Whether the trial's measurement was flagged unstable (see `text.flag_unstable`)."""
-    return trial.unstable
-
-
 def _unstable_note(trial: TrialRecord) -> str:
     if not trial.unstable:
         return ""

@@ -56,14 +56,8 @@ class Basics:
     memory_headroom: float
 
     def fields(self) -> dict[str, Any]:
-        """The `Task` fields these give."""
-        return {
-            "device": self.device,
-            "objective": self.objective,
-            "trial_timeout_s": self.trial_timeout_s,
-            "memory_limit_bytes": self.memory_limit_bytes,
-            "memory_headroom": self.memory_headroom,
-        }
+        """The `Task` fields these give (all but the device's name)."""
+        return {k: v for k, v in vars(self).items() if k != "device_name"}
 
 
 @dataclass(frozen=True)

@@ -122,10 +122,3 @@ def plan_warm_start(ref: str, ctx: TrainTask, top_k: int = DEFAULT_WARM_START_K)
             "; ".join(f"{why} (#{', #'.join(map(str, numbers))})" for why, numbers in skipped.items()),
         )
     return plan
-
-
-def enqueue_warm_start(study: optuna.Study, ref: str, ctx: TrainTask, top_k: int = DEFAULT_WARM_START_K) -> int:
-    """Enqueue the top-k feasible ok configurations of the study `ref` names that are valid
-    here (see `plan_warm_start`). Returns how many were enqueued. They run after the
-    reference trials."""
-    return plan_warm_start(ref, ctx, top_k).enqueue(study)

@@ -14,7 +14,7 @@ from autotune.config import TrainConfig
 from autotune.device import DeviceInfo
 from autotune.present.compare import cross_apply, load_comparison
 from autotune.search.preflight import preflight
-from autotune.search.warm_start import enqueue_warm_start, invalid_here, warm_start_candidates
+from autotune.search.warm_start import invalid_here, plan_warm_start, warm_start_candidates
 from autotune.study.storage import load_ref
 from tests.helpers import study_settings, synthetic_study
 
@@ -58,7 +58,7 @@ def test_warm_start_skips_what_cannot_run_here(studies, tmp_path, caplog):
     runnable = [t for t in candidates if t.config["amp_dtype"] == "float32" and t.config["sdpa_backend"] != "flash"]
     study = optuna.create_study(direction="maximize")
     with caplog.at_level(logging.INFO, logger="autotune.search.warm_start"):
-        n = enqueue_warm_start(study, str(studies / "a.db"), volta)
+        n = plan_warm_start(str(studies / "a.db"), volta).enqueue(study)
     assert 0 < len(runnable) < len(candidates)  # a searched both kinds: some run on a Volta, some do not
     assert n == len(runnable) == len(study.trials)
     assert "unsupported on this device" in caplog.text and f"skipped {len(candidates) - len(runnable)}" in caplog.text
@@ -66,7 +66,7 @@ def test_warm_start_skips_what_cannot_run_here(studies, tmp_path, caplog):
     synthetic_study(f"sqlite:///{tmp_path}/h200.db")
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="autotune.search.warm_start"):
-        assert enqueue_warm_start(optuna.create_study(), str(tmp_path / "h200.db"), ctx) == 0
+        assert plan_warm_start(str(tmp_path / "h200.db"), ctx).enqueue(optuna.create_study()) == 0
     assert "outside this search space (token_budget not among 1024, 2048)" in caplog.text
     assert "made for model gpt2" in caplog.text
 
