@@ -20,24 +20,24 @@ PACKAGE = ROOT / "autotune"
 
 # Lower layers never import higher ones; a layer may import its own (sideways) and all below.
 LAYERS = {
-    "cli": 7,
-    "search": 6,  # the tuner: objective, sampler, memory model, stop rule, confirmation, fleet
-    "present": 6,  # reads studies through study/, never search/
-    "integrations": 6,  # a recipe in the words of Hugging Face and Lightning; `export` formats
-    "recipe": 5,  # the recipe file, applied in training code; verify, profile, soak check
-    "study": 4,  # storages, opening and resuming, the typed trial record, summaries
-    "trial": 3,
-    "measure": 2,
-    "knobs": 1,
-    "model": 1,
-    "data": 1,
-    "space": 1,  # search spaces: read, validated, sampled (torch-free)
-    "config": 0,
-    "registry": 0,  # every knob declared once (below config, which builds TrainConfig from it)
-    "device": 0,
+    "cli": 11,
+    "search": 10,  # the tuner: preflight, tasks, objective, sampler, memory model, stop rule, confirmation, fleet
+    "present": 10,  # reads studies through study/, never search/
+    "integrations": 10,  # a recipe in the words of Hugging Face and Lightning; `export` formats
+    "recipe": 9,  # the recipe file, applied in training code; verify, profile, soak check
+    "study": 8,  # storages, opening a study, the typed trial and study records, summaries
+    "trial": 7,
+    "measure": 6,
+    "knobs": 5,  # applied to a model: built on model/
+    "model": 4,
+    "data": 4,
+    "space": 4,  # search spaces: read, validated, sampled (torch-free)
+    "config": 3,  # TrainConfig made from the registry, validated with the environment's bounds
+    "environment": 2,  # the AUTOTUNE_* variables, each declared and validated once
+    "device": 2,
+    "registry": 1,  # every knob declared once
+    "units": 1,
     "errors": 0,
-    "units": 0,
-    "environment": 0,  # the AUTOTUNE_* variables, each declared and validated once
     "_version": 0,
 }
 
@@ -162,6 +162,18 @@ def test_the_package_cycle_check_finds_one_when_added():
     graph = package_graph()
     graph.setdefault("autotune.recipe", set()).add("autotune.integrations")
     assert find_cycle(graph) is not None
+
+
+def test_no_package_imports_another_of_its_floor():
+    """A floor's packages are independent of each other: an import between two of them says one
+    is built on the other, and belongs a floor up (knobs on model was one)."""
+    sideways = sorted(
+        f"{source} -> {target}"
+        for source, targets in package_graph().items()
+        for target in targets
+        if layer(source) is not None and layer(source) == layer(target)
+    )
+    assert sideways == []
 
 
 def test_presenters_read_studies_through_study_never_the_tuner():
