@@ -70,7 +70,7 @@ def compare(refs, as_json, as_markdown) -> None:
 @study_options
 @click.option("--out", "out_dir", default=None, help="Folder to write (default: reports/<study>).")
 def report(study, storage, out_dir) -> None:
-    """Write a study's figures (PNG), index.html and report.md: readable without Python."""
+    """Write a study's figures (PNG) and report.md beside them: readable without Python."""
 
     from autotune.present.report import write_report
     from autotune.study.storage import load_study
@@ -84,7 +84,7 @@ def report(study, storage, out_dir) -> None:
     written = write_report(loaded, out, storage=shown)
     for path in [*written.images.values(), written.markdown]:
         click.echo(f"wrote {printable(path)}")
-    click.echo(f"open {printable(written.html)}")
+    click.echo(f"open {printable(written.markdown)}")
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)

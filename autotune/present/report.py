@@ -6,9 +6,8 @@ Writes into one folder:
     memory.png      tokens/s against peak memory, the memory limit and the Pareto front
     importance.png  which knobs mattered (Optuna's default importance evaluator)
     knobs.png       per knob, the tokens/s of the feasible ok trials by value
-    index.html      all of it with the best configuration and the outcome counts
-                    (self-contained: no JavaScript, images referenced relatively)
-    report.md       the same as Markdown
+    report.md       all of it with the best configuration and the outcome counts, the images
+                    referenced relatively (GitHub, editors and notebooks show it as a page)
 
 Figures are drawn on `matplotlib.figure.Figure` (the Agg canvas), never through pyplot,
 so nothing needs a display and no global backend is switched.
@@ -17,7 +16,6 @@ so nothing needs a display and no global backend is switched.
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import io
 import math
 from dataclasses import dataclass
@@ -65,7 +63,7 @@ CAPTIONS = {
     "left out: they change several knobs at once.",
 }
 # Every file a report writes (checked before anything is drawn: none may be a folder).
-REPORT_FILES = (*(f"{name}.png" for name in CAPTIONS), "index.html", "report.md")
+REPORT_FILES = (*(f"{name}.png" for name in CAPTIONS), "report.md")
 COLORS = {"ok": "#1f77b4", "best": "#ff7f0e", "baseline": "#2ca02c", "checklist": "#9467bd", "bad": "#d62728"}
 
 
@@ -73,7 +71,6 @@ COLORS = {"ok": "#1f77b4", "best": "#ff7f0e", "baseline": "#2ca02c", "checklist"
 class Report:
     out_dir: Path
     images: dict[str, Path]
-    html: Path
     markdown: Path
 
 
@@ -562,58 +559,6 @@ def _front_section(summary: StudySummary) -> Section:
     )
 
 
-_CSS = """
-body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 1100px; margin: 2em auto;
-       padding: 0 1em; color: #222; line-height: 1.45; }
-h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.95em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.7em; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; } td:first-child { font-weight: 600; }
-figure { margin: 1.2em 0; } img { max-width: 100%; border: 1px solid #ddd; }
-figcaption { color: #555; font-size: 0.92em; } code { background: #f3f3f3; padding: 0.1em 0.3em; }
-.meta { color: #555; }
-"""
-
-
-def _html_table(section: Section) -> str:
-    e = html.escape
-    out = [f"<h2>{e(section.title)}</h2>"]
-    if section.note:
-        out.append(f"<p>{e(section.note)}</p>")
-    if section.rows:
-        head = (
-            "" if not any(section.headers) else "<tr>" + "".join(f"<th>{e(h)}</th>" for h in section.headers) + "</tr>"
-        )
-        body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in section.rows)
-        out.append(f"<table>{head}{body}</table>")
-    return "\n".join(out)
-
-
-def render_html(
-    study: optuna.Study, sections: Sequence[Section], images: dict[str, Path], storage: str | None, created: str
-) -> str:
-    e = html.escape
-    figures = "\n".join(
-        f'<figure><img src="{e(path.name)}" alt="{e(name)} plot"><figcaption>{e(CAPTIONS[name])}</figcaption></figure>'
-        for name, path in images.items()
-    )
-    hint = f"autotune dashboard --study {study.study_name}" + (f" --storage {storage}" if storage else "")
-    parts = [
-        "<!doctype html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>autotune report: {e(study.study_name)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>autotune report: study {e(study.study_name)}</h1>",
-        f'<p class="meta">written {e(created)}' + (f" from <code>{e(storage)}</code>" if storage else "") + "</p>",
-        *(_html_table(s) for s in sections[:-1]),
-        "<h2>Figures</h2>",
-        figures,
-        _html_table(sections[-1]),
-        f"<p>To explore every trial interactively: <code>{e(hint)}</code></p>",
-        "</body></html>",
-    ]
-    return "\n".join(parts) + "\n"
-
-
 def render_markdown(
     study: optuna.Study, sections: Sequence[Section], images: dict[str, Path], storage: str | None, created: str
 ) -> str:
@@ -637,6 +582,8 @@ def render_markdown(
     for name, path in images.items():
         out.extend([f"![{name}]({path.name})", "", f"*{CAPTIONS[name]}*", ""])
     add(sections[-1])
+    hint = f"autotune dashboard --study {study.study_name}" + (f" --storage {storage}" if storage else "")
+    out.extend([f"To explore every trial interactively: `{hint}`", ""])
     return "\n".join(out)
 
 
@@ -651,7 +598,7 @@ def require_matplotlib() -> None:
 
 
 def write_report(study: optuna.Study, out_dir: str | Path, storage: str | None = None) -> Report:
-    """Draw the figures and write index.html and report.md into `out_dir`. `storage` is
+    """Draw the figures and write report.md beside them into `out_dir`. `storage` is
     shown as given: pass it redacted."""
     require_matplotlib()
     out = check_output_folder(out_dir, REPORT_FILES, what="--out")
@@ -674,8 +621,5 @@ def write_report(study: optuna.Study, out_dir: str | Path, storage: str | None =
         images[name] = write_bytes_atomic(out / f"{name}.png", png.getvalue(), what="report")
     created = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     sections = report_sections(study, summary, importance)
-    html = render_html(study, sections, images, storage, created)
-    html_path = write_text_atomic(out / "index.html", html, what="report")
     md = render_markdown(study, sections, images, storage, created)
-    md_path = write_text_atomic(out / "report.md", md, what="report")
-    return Report(out, images, html_path, md_path)
+    return Report(out, images, write_text_atomic(out / "report.md", md, what="report"))

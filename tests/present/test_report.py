@@ -1,4 +1,4 @@
-"""autotune.present.report and `autotune report`: the HTML and Markdown report with its charts, of
+"""autotune.present.report and `autotune report`: the Markdown report with its charts, of
 a real study and of a synthetic GPU study with every outcome."""
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ def check_images(out: Path) -> None:
     import matplotlib.image
     import numpy as np
 
-    html = (out / "index.html").read_text()
     md = (out / "report.md").read_text()
     for name in ("history", "memory", "importance", "knobs"):
         path = out / f"{name}.png"
@@ -27,8 +26,7 @@ def check_images(out: Path) -> None:
         height, width = pixels.shape[:2]
         assert width >= 400 and height >= 300, (name, width, height)
         assert float(np.std(pixels)) > 0, name
-        assert f'src="{name}.png"' in html and f"({name}.png)" in md
-    assert "<script" not in html.lower()
+        assert f"![{name}]({name}.png)" in md
 
 
 @pytest.mark.process
@@ -36,15 +34,15 @@ def test_report_of_a_real_study(studies, tmp_path):
     out = tmp_path / "report-a"
     result = invoke("report", "--study", "a", "--storage", str(studies / "a.db"), "--out", str(out))
     assert result.exit_code == 0, result.output
-    assert f"open {out / 'index.html'}" in result.output
+    assert f"open {out / 'report.md'}" in result.output
     check_images(out)
-    html = (out / "index.html").read_text()
+    md = (out / "report.md").read_text()
     best = summarize(load_ref(str(studies / "a.db"))).best
-    assert f"Best configuration (trial #{best.number})" in html
+    assert f"## Best configuration (trial #{best.number})" in md
     for knob in shown_config(best.config):  # one process: no multi-rank knob (issue D, #8)
-        assert f"<td>{knob}</td>" in html
-    assert "<td>parallelism</td>" not in html and "parallelism" in best.config
-    assert "<h2>Outcomes</h2>" in html and "autotune dashboard --study a" in html
+        assert f"\n| {knob} | " in md
+    assert "| parallelism |" not in md and "parallelism" in best.config
+    assert "## Outcomes" in md and "autotune dashboard --study a" in md
 
 
 @pytest.mark.slow
@@ -56,10 +54,10 @@ def test_report_of_every_outcome(tmp_path):
     result = invoke("report", "--storage", str(tmp_path / "h200.journal"), "--out", str(out))
     assert result.exit_code == 0, result.output
     check_images(out)
-    html = (out / "index.html").read_text()
+    md = (out / "report.md").read_text()
     for outcome in ("ok", "oom", "over_memory_limit", "unsupported"):
-        assert f"<td>{outcome}</td>" in html
-    assert "Knob importance (" in html and re.search(r"<td>\d+% \(90%: \d+-\d+%\)</td>", html)
+        assert f"\n| {outcome} | " in md
+    assert "Knob importance (" in md and re.search(r"\| \d+% \(90%: \d+-\d+%\) \|", md)
 
 
 @pytest.mark.process
@@ -70,7 +68,7 @@ def test_report_of_an_unknown_study(studies, tmp_path):
 
 @pytest.mark.slow
 def test_report_never_writes_through_a_link_nor_over_a_folder(tmp_path):
-    """`report --out DIR` with DIR/index.html a symlink wrote through it and overwrote the
+    """`report --out DIR` with DIR/report.md a symlink wrote through it and overwrote the
     target; DIR/history.png a folder, or DIR a file, gave a traceback or exit 1."""
     storage = tmp_path / "h200.journal"
     synthetic_study(open_storage(str(storage)), n=6)
@@ -78,11 +76,11 @@ def test_report_never_writes_through_a_link_nor_over_a_folder(tmp_path):
     out.mkdir()
     precious = tmp_path / "precious.txt"
     precious.write_text("keep me")
-    (out / "index.html").symlink_to(precious)
+    (out / "report.md").symlink_to(precious)
     result = invoke("report", "--storage", str(storage), "--out", str(out))
     assert result.exit_code == 0, result.output
     assert precious.read_text() == "keep me"  # the link itself was replaced
-    assert not (out / "index.html").is_symlink() and "<html" in (out / "index.html").read_text().lower()
+    assert not (out / "report.md").is_symlink() and "# autotune report" in (out / "report.md").read_text()
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary file left
 
     second = tmp_path / "second"
@@ -123,5 +121,5 @@ def test_report_refuses_a_study_name_that_is_a_path(tmp_path, monkeypatch):
         # With --out the user names the folder: the study's name names no file.
         result = invoke("report", "--storage", str(db), "--out", str(here / "mine"))
         assert result.exit_code == 0, result.output
-        assert not lands.exists() and (here / "mine" / "index.html").is_file()
+        assert not lands.exists() and (here / "mine" / "report.md").is_file()
         shutil.rmtree(here / "mine")
