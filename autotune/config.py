@@ -210,6 +210,21 @@ def parse_assignments(
     return out
 
 
+def parse_fixed(text: str | None, *, task: str = registry.TRAIN) -> dict[str, Any]:
+    """`--fix`: knobs of `task` held at a value, "amp_dtype=bfloat16,compile_mode=none" -> typed values.
+    A part without "=" continues the value before it (a block list: checkpoint_layers=0,1)."""
+    if not text:
+        return {}
+    parts: list[str] = []
+    for part in (p for p in text.split(",") if p.strip()):
+        if "=" not in part and parts:
+            parts[-1] += "," + part
+        else:
+            parts.append(part)
+    pairs = parse_assignments(parts, task=task, option="--fix")
+    return {name: parse_knob(name, value, task=task) for name, value in pairs.items()}
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """What one measurement runs: the model, the data and how long to measure.

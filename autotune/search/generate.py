@@ -25,14 +25,13 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import optuna
 
-from autotune.config import DEFAULT_AGREE_TOKENS, GenerateConfig, GenerateSpec, check_workload_fits
+from autotune.config import DEFAULT_AGREE_TOKENS, GenerateConfig, GenerateSpec, check_workload_fits, parse_fixed
 from autotune.errors import UsageError
 from autotune.knobs.support import DeviceCapabilities
 from autotune.search.generation_space import (
     GenerationSpace,
     generation_space,
     parse_batches,
-    parse_fixed,
     reference_config,
 )
 from autotune.search.task import Basics, Rule, Task, model_slug
@@ -72,7 +71,6 @@ class GenerateTask(Task):
         "max_p99_token_latency_s",
         "max_ttft_s",
         "agree_tokens",
-        "fix",
     )
     config_type: ClassVar[type] = GenerateConfig
     spec: GenerateSpec
@@ -86,7 +84,7 @@ class GenerateTask(Task):
 
     @classmethod
     def check_options(cls, settings: "SearchSettings") -> None:
-        parse_fixed(settings.fix)  # before the model is probed (seconds): a bad --fix at once
+        parse_fixed(settings.fix, task=GENERATE)  # before the model is probed (seconds): a bad --fix at once
 
     @classmethod
     def resolve(cls, settings: "SearchSettings", basics: "Basics") -> "GenerateTask":
@@ -113,7 +111,7 @@ class GenerateTask(Task):
             new_tokens=workload.new_tokens,
             context=workload.context,
             transformers=workload.transformers,
-            fixed=parse_fixed(settings.fix),
+            fixed=parse_fixed(settings.fix, task=GENERATE),
         )
         spec = GenerateSpec(
             model=settings.model,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from autotune import registry
-from autotune.config import GenerateConfig, padded_width, parse_assignments, parse_knob
+from autotune.config import GenerateConfig, padded_width
 from autotune.errors import UnsupportedConfig, UsageError
 from autotune.knobs.support import DeviceCapabilities, check_model_supported, check_supported
 from autotune.study.references import BASELINE, CHECKLIST
@@ -111,14 +111,6 @@ def parse_batches(text: str | None, device_kind: str) -> tuple[int, ...]:
             f"--batch: cannot read {text[:40]!r}; expected a range like 1-8, a list like 1,2,4 or one size, each "
             f"from 1 to {registry.MAX_BATCH_SIZE}"
         ) from None
-
-
-def parse_fixed(text: str | None) -> dict[str, Any]:
-    """`--fix`: generation knobs held at a value, "decode_compile=none,dtype=float32"."""
-    if not text:
-        return {}
-    pairs = parse_assignments([p for p in text.split(",") if p.strip()], task=registry.GENERATE, option="--fix")
-    return {name: parse_knob(name, value, task=registry.GENERATE) for name, value in pairs.items()}
 
 
 def generation_space(

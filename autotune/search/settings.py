@@ -350,9 +350,9 @@ class SearchSettings:
         None,
         Option(
             "--fix",
-            "generate: generation knobs held at a value, the others searched: e.g. decode_compile=none,dtype=float32.",
+            "Knobs held at a value, the others searched: e.g. amp_dtype=bfloat16,compile_mode=none (training; "
+            "checkpoint_layers=none drops checkpointing) or decode_compile=none,dtype=float32 (--task generate).",
             metavar="KNOB=VALUE,...",
-            worker=NEVER,  # --devices runs training workers only
         ),
     )
     agree_tokens: int | None = setting(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import optuna
 
-from autotune.config import RunSpec, TrainConfig, check_int
+from autotune.config import RunSpec, TrainConfig, check_int, parse_fixed
 from autotune.device import DeviceInfo, visible_gpu_count
 from autotune.errors import UnsupportedConfig, UsageError
 from autotune.knobs.support import check_supported
@@ -22,7 +22,7 @@ from autotune.search.references import reference_config
 from autotune.search.sampler import study_sampler
 from autotune.search.task import Basics, Rule, Task, model_slug
 from autotune.space.definition import SearchSpace
-from autotune.space.file import default_space_path, load_space
+from autotune.space.file import default_space_path, load_space, with_fixed
 from autotune.space.sampling import suggest
 from autotune.study.study_record import StudyRecord
 from autotune.trial.runner import TrialResult, run_trial
@@ -59,6 +59,10 @@ class TrainTask(Task):
     @property
     def ranks(self) -> int:
         return self.spec.nproc_per_node
+
+    @classmethod
+    def check_options(cls, settings: "SearchSettings") -> None:
+        parse_fixed(settings.fix)  # a bad --fix at once, before the model or the device is looked at
 
     @classmethod
     def resolve(cls, settings: "SearchSettings", basics: "Basics") -> "TrainTask":
@@ -98,6 +102,7 @@ class TrainTask(Task):
         space = load_space(
             settings.space or default_space_path(device.kind, settings.nproc_per_node), n_layer=n_layer, seq_len=seq_len
         )
+        space = with_fixed(space, parse_fixed(settings.fix))
         _check_ranks(settings, space, basics.device_name)
         spec = RunSpec(
             model=settings.model,

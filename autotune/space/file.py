@@ -113,6 +113,30 @@ def parse_space(
     return _Parser(source, n_layer).space(raw, seq_len)
 
 
+def with_fixed(space: SearchSpace, values: Mapping[str, Any]) -> SearchSpace:
+    """`space` with `values` held (`--fix`): each knob taken out of the searched dimensions and
+    fixed, validated as a space file's `fixed` is. `checkpoint_layers=none` drops the checkpoint
+    dimension (no block checkpointed); other block lists cannot be held (a space searches counts)."""
+    if not values:
+        return space
+    values = dict(values)
+    raw = dict(space.raw)
+    dims = dict(raw.get("dimensions") or {})
+    if "checkpoint_layers" in values:
+        if values.pop("checkpoint_layers"):
+            raise UsageError(
+                "--fix checkpoint_layers takes none only; to hold some blocks checkpointed give the space's checkpoint "
+                "dimension one count (dimensions.checkpoint.count: {choices: [N]})"
+            )
+        dims.pop("checkpoint", None)
+    searched = [name for name in dims if name not in values]
+    if not searched:
+        raise UsageError(f"--fix holds every knob {space.source} searches: nothing is left to search")
+    raw["dimensions"] = {name: dims[name] for name in searched}
+    raw["fixed"] = {**(raw.get("fixed") or {}), **values}
+    return parse_space(raw, source=f"{space.source} with --fix", n_layer=space.n_layer, seq_len=space.seq_len)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.config import parse_fixed
 from autotune.errors import UsageError
-from autotune.search.generation_space import parse_fixed
 from tests.helpers import invoke
 
 
@@ -30,6 +30,6 @@ def test_a_generation_search_refuses_what_it_would_take_silently(tmp_path, monke
 
 
 def test_a_knob_fixed_twice_to_one_value_is_that_value():
-    assert parse_fixed("dtype=float32, dtype=float32") == {"dtype": "float32"}
+    assert parse_fixed("dtype=float32, dtype=float32", task="generate") == {"dtype": "float32"}
     with pytest.raises(UsageError, match="--fix: dtype is given twice, as 'float32' and 'bfloat16'"):
-        parse_fixed("dtype=float32,batch_size=2,dtype=bfloat16")
+        parse_fixed("dtype=float32,batch_size=2,dtype=bfloat16", task="generate")

@@ -26,6 +26,7 @@ GIVEN = {
     "objective": "tokens_per_joule",
     "memory_model": False,
     "confirm": False,
+    "fix": "amp_dtype=bfloat16,compile_mode=none",  # --devices workers hold what the parent was told to
 }
 
 
