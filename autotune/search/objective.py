@@ -84,6 +84,7 @@ class Objective:
         # cannot be written (search.salvage); None until a figure is measured.
         self.measured: record.TrialRecord | None = None
         self.calls = 0  # trials begun (search.optimize counts them)
+        self.refused = 0  # of them, refused before any process started: they cost nothing
         self.current: optuna.Trial | None = None  # the trial last handed to this objective
 
     def __call__(self, trial: optuna.Trial) -> float:
@@ -103,6 +104,7 @@ class Objective:
         try:
             cfg = self.task.configure(trial, reference)
         except UsageError as exc:  # drawn knobs the registry's own rules refuse together: no configuration
+            self.refused += 1
             return self._record(trial, TrialResult(outcomes.UNSUPPORTED, str(exc)))
         if not reference:
             self._note_proposal(trial)
@@ -113,6 +115,7 @@ class Objective:
             trial.set_user_attr(record.DEVICE_UUID, self.task.device.uuid)
         refusal = self.task.refusal(cfg)
         if refusal is not None:  # known-impossible: recorded and pruned at no cost, no process starts
+            self.refused += 1
             return self._record(trial, TrialResult(outcomes.UNSUPPORTED, refusal))
         if self.memory_model and not reference and self._predicted_over_limit(trial, cfg):
             return 0.0
