@@ -216,7 +216,8 @@ class SearchSettings:
         Option(
             "--n-trials",
             "At most this many trials in this invocation, reference trials included; a configuration refused "
-            "before it runs (it cannot run here) is recorded but not counted (default: the search stops on its own once no untried configuration is expected to gain more than the noise; at most "
+            "before it runs (it cannot run here) is recorded but not counted (default: the search stops on its "
+            "own once no untried configuration is expected to gain more than the noise; at most "
             f"{DEFAULT_TRIAL_CAP} trials).",
             "int",
             minimum=1,
