@@ -154,15 +154,17 @@ def search_study(
     recipe, and say why the search stopped."""
     study, task, name, url = opened.study, opened.task, opened.name, opened.url
     if is_sqlite(url):
-        warn_if_sqlite_shared(study, url)
+        warn_if_sqlite_shared(study, url)  # a tuner at work before this one
 
     salvage = Salvage(study, name, url, recipe_path(settings, name))
     ran = 0
+    shared = not is_sqlite(url)  # SQLite: warned of once, when another tuner is seen on it
 
     def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
-        nonlocal ran
+        nonlocal ran, shared
         ran += 1
         salvage.finished(trial)
+        shared = shared or warn_if_sqlite_shared(study, url)  # one that started after this one
         if reporter:
             reporter.trial_finished(TrialRecord.read(trial, study.user_attrs), summarize(study))
 

@@ -11,6 +11,7 @@ exact sampler (time_to_recipe.py's `tuner`)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import optuna
@@ -20,6 +21,10 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.search.planner import Planner, Proposal, Stop
 from autotune.study.record import RecordCache
 from autotune.study.references import REFERENCE_ATTR
+
+PLANNING_WAIT_S = 10.0  # a planner's first proposal lists the space: a second or two
+PLANNING_POLL_S = 0.1
+_pause = time.sleep  # a name of its own: tests count the waits instead of timing them
 
 
 class PlannerSampler(optuna.samplers.BaseSampler):
@@ -47,13 +52,26 @@ class PlannerSampler(optuna.samplers.BaseSampler):
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         if "fixed_params" in trial.system_attrs or REFERENCE_ATTR in trial.user_attrs:
             return  # enqueued: the references, a warm start, a trial enqueued by hand
-        records = [r for r in self.records.read(study) if r.number != trial.number]
+        records = self._once_others_planned(study, trial.number)
         running = [r.config for r in records if r.state is TrialState.RUNNING and r.config]
         result = self.planner.propose(records, running)
         if isinstance(result, Stop):
             self.stopped = result.reason
         else:
             self.proposals[trial.number] = result
+
+    def _once_others_planned(self, study: optuna.Study, number: int) -> list[Any]:
+        """The study's records once every trial begun before this one says what it runs: a worker
+        proposing while another still plans would propose the same configuration (issue D, P03: two
+        tuners started a second apart both ran the expert prior). Waits PLANNING_WAIT_S at most
+        (a worker gone mid-plan), and never on a later trial, so two workers never wait on each other."""
+        deadline = time.monotonic() + PLANNING_WAIT_S
+        while True:
+            records = [r for r in self.records.read(study) if r.number != number]
+            planning = [r for r in records if r.state is TrialState.RUNNING and not r.config and r.number < number]
+            if not planning or time.monotonic() > deadline:
+                return records
+            _pause(PLANNING_POLL_S)
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
