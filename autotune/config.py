@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from autotune import environment, registry
+from autotune.device.info import usable_cpus
 from autotune.errors import UnsupportedConfig, UsageError
 
 IGNORE_INDEX = -100  # the label of a pad position in every batch autotune makes: cross-entropy skips it
@@ -443,14 +444,6 @@ def check_int(name: str, value: Any, *, minimum: int, maximum: int | None = None
 
 def _short(value: Any) -> str:
     return registry._short(value)
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, as taskset or a container sets it)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def max_num_workers_here() -> int:

@@ -140,11 +140,20 @@ def bench(
     )
     with stdout_to_stderr(as_json):  # the model's prints: stdout is for the JSON alone
         result = measure(spec, cfg)
+    _show(result, format_measurement, as_json)
+    sys.exit(0 if result.outcome == outcomes.OK else 1)
+
+
+def _show(result, formatted, as_json: bool) -> None:
+    """The measurement, and beside it (on stderr) whether the host was busy while it ran."""
+    from autotune.device.info import busy_host
+
     if as_json:
         emit_json(result.to_dict())
     else:
-        say(format_measurement(result))
-    sys.exit(0 if result.outcome == outcomes.OK else 1)
+        say(formatted(result))
+    if busy := busy_host():
+        click.echo(f"Warning: {busy}", err=True)
 
 
 def _refuse_given(given: dict[str, object], task: str) -> None:
@@ -201,8 +210,5 @@ def _bench_generation(
     )
     with stdout_to_stderr(as_json):
         result = measure_generation(spec, cfg)
-    if as_json:
-        emit_json(result.to_dict())
-    else:
-        say(format_generation_measurement(result))
+    _show(result, format_generation_measurement, as_json)
     sys.exit(0 if result.outcome == outcomes.OK else 1)

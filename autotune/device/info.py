@@ -210,3 +210,28 @@ def _describe_cuda_torch(index: int) -> DeviceInfo:
         cuda=torch.version.cuda,
         torch=torch_version(),
     )
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, as taskset or a container sets it)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def busy_host() -> str | None:
+    """One line when this host's load over the last minute exceeds its usable CPUs, else None:
+    on a busy host every measurement runs slower and noisier than on an idle one (a CPU trial's
+    threads, one per core, wait for cores other processes hold: issue D, #2)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cpus = usable_cpus()
+    if load <= cpus:
+        return None
+    return (
+        f"this host is busy: a load of {load:.1f} over the last minute on {cpus} usable CPUs; measurements run "
+        "slower and noisier than on an idle host (on a CPU, fewer threads may be faster: OMP_NUM_THREADS)"
+    )

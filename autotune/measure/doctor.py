@@ -46,7 +46,7 @@ from autotune.device import (
 )
 from autotune.device.flops import measured_peak_flops
 from autotune.device.gpu_memory import GpuMemoryWatch
-from autotune.device.info import software_versions
+from autotune.device.info import busy_host, software_versions
 from autotune.device.nvml import text
 from autotune.errors import UsageError
 from autotune.measure.cuda import ALLOCATOR_RESERVED, RSS
@@ -81,6 +81,7 @@ class DoctorReport:
     peak_flops: dict[str, Any]
     matmul: dict[str, Any]  # dtype, size, flops_per_sec (null when it failed: detail), and the references
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what would not fail a study, but skews it: a busy host
 
     @property
     def ok(self) -> bool:
@@ -116,6 +117,7 @@ def run_doctor(device: str = "auto") -> DoctorReport:
         },
         matmul=check_matmul(name, info),
         problems=problems,
+        warnings=[note] if (note := busy_host()) else [],
     )
 
 

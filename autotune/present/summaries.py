@@ -579,6 +579,7 @@ def doctor_text(report: dict[str, Any]) -> str:
         rows.append(("peak TFLOP/s", f"n/a ({peak['source']})"))
     rows.append((f"matmul {report['matmul']['dtype']}", matmul_text(report["matmul"])))
     lines = [f"  {name:<22}{value}" for name, value in rows]
+    lines += ["", "warnings:"] + [f"  - {w}" for w in report["warnings"]] if report.get("warnings") else []
     if report["problems"]:
         lines += ["", "problems:"] + [f"  - {p}" for p in report["problems"]]
     else:

@@ -22,6 +22,7 @@ from typing import Any, Iterator, Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.device.info import busy_host
 from autotune.errors import AutotuneError, DiskFull
 from autotune.measure import outcomes
 from autotune.recipe.from_study import write_recipe
@@ -142,6 +143,8 @@ def run_search(settings: SearchSettings, reporter: Reporter | None = None) -> Se
 
 def _run_search(settings: SearchSettings, reporter: Reporter | None) -> SearchResult:
     opened = open_search(settings)
+    if busy := busy_host():
+        log.warning("%s", busy)
     on_running = reporter.trial_started if reporter else None
     objective = Objective(opened.task, on_running=on_running, memory_model=settings.memory_model)
     return search_study(opened, objective, settings, reporter)
