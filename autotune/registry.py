@@ -384,6 +384,25 @@ def _pin_rule(k: Mapping[str, Any], caps: Any) -> str | None:
     return None
 
 
+def _threads_rule(k: Mapping[str, Any], caps: Any) -> str | None:
+    if k["cpu_threads"] and caps.kind != "cpu":
+        return "cpu_threads sets the threads of a step run on the CPU; a GPU's step runs on the GPU: leave it at 0"
+    return None
+
+
+def _threads_run_rule(k: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    threads = k["cpu_threads"]
+    if threads and run.get("world_size", 1) > 1:
+        return "with several ranks each rank's threads are its share of the CPUs (the launcher's): leave it at 0"
+    if threads and threads > run.get("cpus", threads):
+        return f"cpu_threads {threads} is more than the {run['cpus']} CPUs this process may run on"
+    return None
+
+
+def _threads_note(v: Any, view: Any) -> str | None:
+    return f"Set OMP_NUM_THREADS={v} before Python starts (or call torch.set_num_threads({v}))." if v else None
+
+
 def _expandable_rule(k: Mapping[str, Any], caps: Any) -> str | None:
     if k["expandable_segments"] and caps.kind == "cpu":
         return "a setting of the CUDA caching allocator; CPU tensors do not use it"
@@ -1147,6 +1166,24 @@ KNOBS: tuple[Knob, ...] = (
         hf_note=lambda v, view: (
             "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before CUDA starts." if v else None
         ),
+    ),
+    Knob(
+        "cpu_threads",
+        Kind.INTEGER,
+        0,
+        "the threads a step on the CPU runs its operators on (torch.set_num_threads, OMP_NUM_THREADS); "
+        "0: PyTorch's default, one per core, which a busy host can make many times slower",
+        Stage.PROCESS,
+        "autotune.knobs.process:threads_env",  # in a running process, the model stage sets it
+        low=0,
+        high=MAX_NUM_WORKERS,
+        device_rule=_threads_rule,
+        run_rule=_threads_run_rule,
+        host_only=True,
+        changes_graph=False,
+        prefer={"cuda": (0,), "cpu": (0, 1)},
+        hf_note=_threads_note,
+        lightning_note=_threads_note,
     ),
     Knob(
         "parallelism",

@@ -209,3 +209,16 @@ def rank_1_raises() -> GPT:
 
 def rank_1_hangs() -> GPT:
     return Rank1Hangs()
+
+
+class ThreadsReporter(_Tiny):
+    """Writes the threads its forward passes run on to the file AUTOTUNE_TEST_BUILDS names."""
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        with open(os.environ[BUILDS_ENV], "a", encoding="utf-8") as f:
+            f.write(f"{torch.get_num_threads()}\n")
+        return super().forward(input_ids, labels)
+
+
+def threads_reporter() -> GPT:
+    return ThreadsReporter()

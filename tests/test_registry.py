@@ -32,12 +32,13 @@ def test_every_knob_says_where_it_takes_effect_and_that_place_exists():
         assert callable(pkgutil.resolve_name(knob.applied)), knob.name
 
 
-def test_the_model_stage_runs_allocator_attention_loss_checkpoint_compile_then_the_ranks_wrap():
-    from autotune.knobs import allocator, apply, attention, checkpoint, compile, loss, parallel
+def test_the_model_stage_runs_allocator_threads_attention_loss_checkpoint_compile_then_the_ranks_wrap():
+    from autotune.knobs import allocator, apply, attention, checkpoint, compile, loss, parallel, process
 
     # torchtitan's order: checkpointing, compile per block, then fully_shard per block and the root (or DDP)
     assert apply.MODEL_STAGE == (
         allocator.apply_allocator_knob,
+        process.apply_threads_knob,
         attention.apply_attention_knob,
         loss.apply_loss_knob,
         checkpoint.apply_checkpoint_knob,
@@ -117,7 +118,11 @@ def toy_step(device_kind, cfg):
 # no list, nothing is added, and the measured runs below show the knob taking no effect.
 TOY_PLACES = (
     ("knobs/process.py", "import allocator_env\n", "import allocator_env\nfrom autotune.knobs.toy import toy_env\n"),
-    ("knobs/process.py", "PROCESS_STAGE = (allocator_env,)", "PROCESS_STAGE = (allocator_env, toy_env)"),
+    (
+        "knobs/process.py",
+        "PROCESS_STAGE = (allocator_env, threads_env)",
+        "PROCESS_STAGE = (allocator_env, threads_env, toy_env)",
+    ),
     (
         "knobs/apply.py",
         "\nMODEL_STAGE = (",

@@ -23,11 +23,13 @@ from autotune.knobs.compile import apply_compile_knob
 from autotune.knobs.loss import apply_loss_knob
 from autotune.knobs.parallel import apply_parallel_knob
 from autotune.knobs.precision import precision, sdpa_backend
+from autotune.knobs.process import apply_threads_knob
 from autotune.knobs.support import check_model_supported
 from autotune.model.hf import is_hf_model, turn_off_kv_cache
 
 MODEL_STAGE = (
     apply_allocator_knob,  # expandable_segments: before anything allocates
+    apply_threads_knob,  # cpu_threads: the threads every step runs on
     apply_attention_knob,  # sdpa_backend: what its kernel assumes of the attention, before anything wraps it
     apply_loss_knob,  # loss_impl: the head's loss function, before compile traces it
     apply_checkpoint_knob,  # checkpoint_layers: before compile, so dynamo sees each checkpoint as one op

@@ -349,10 +349,12 @@ class Recipe:
         import os
 
         from autotune.knobs.allocator import allocator_env
+        from autotune.knobs.process import threads_env
 
+        threads = threads_env(self.config, os.environ)
         if self.hardware.get("kind") != "cuda" and not self.config.expandable_segments:
-            return {}
-        return allocator_env(self.config, os.environ)
+            return threads
+        return {**allocator_env(self.config, os.environ), **threads}
 
     def apply_to_model(
         self,

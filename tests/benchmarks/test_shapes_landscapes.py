@@ -5,7 +5,6 @@ about a second to load and enumerate."""
 from __future__ import annotations
 
 import functools
-import json
 import statistics
 import sys
 
@@ -39,7 +38,7 @@ def best(records: list[dict]) -> dict:
 
 def twin(s: Sweep, config: dict, **knobs) -> dict | None:
     """The record of `config` with `knobs` changed, if it was measured."""
-    rec = s.table.get(json.dumps({**config, **knobs}, sort_keys=True))
+    rec = s.table.get(config_key({**config, **knobs}))
     return rec if rec is not None and measured(rec) else None
 
 
