@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from autotune.measure.measurement import Measurement
-from autotune.present.text import config_summary, format_bytes, format_rate, format_ratio, printable, table
+from autotune.present.text import (
+    config_summary,
+    figure_text,
+    format_bytes,
+    format_rate,
+    format_ratio,
+    printable,
+    table,
+)
 from autotune.study.record import TrialRecord
 
 
@@ -29,6 +37,9 @@ def agreement_text(agreement: Mapping[str, Any]) -> str:
     )
 
 
+OUTPUT = "output tokens/s"
+
+
 def generation_rows(m: Measurement) -> list[tuple[str, str]]:
     """A generation measurement's figures, one (name, value) row each."""
     g = m.generation or {}
@@ -37,7 +48,7 @@ def generation_rows(m: Measurement) -> list[tuple[str, str]]:
         cache += f", {g['cache_length']} positions, {format_bytes(g.get('cache_bytes'))}"
     return [
         (
-            "output tokens/s",
+            OUTPUT,
             f"{format_rate(m.tokens_per_sec)}  (batch {g.get('batch_size')} x {g.get('new_tokens')} new tokens, over "
             "whole generations to tokens on the host)",
         ),
@@ -80,7 +91,11 @@ def generation_best_table(summary: Any) -> str:
     best = summary.best
     m = best.measurement
     rows = [(k, v) for k, v in (best.config or {}).items()]
-    rows += [(name, value) for name, value in generation_rows(m)] if m is not None else []
+    for name, value in generation_rows(m) if m is not None else []:
+        # the figure every line of a study shows: the mean of its runs once re-measured
+        rows.append(
+            (name, value.replace(format_rate(m.tokens_per_sec), figure_text(best), 1) if name == OUTPUT else value)
+        )
     rows += [
         ("speedup vs baseline", format_ratio(summary.speedup(summary.baseline))),
         ("speedup vs cure", format_ratio(summary.speedup(summary.checklist))),
@@ -97,12 +112,14 @@ class FrontPoint:
 
 def front(trials: list[TrialRecord]) -> list[FrontPoint]:
     """The feasible trials no other feasible trial beats on both output tokens/s and p99 time per
-    token, fastest first: the choices between throughput and latency the study found."""
+    token, fastest first: the choices between throughput and latency the study found. Output
+    tokens/s is each trial's figure, the one every line shows and the best is chosen by (the mean
+    of its runs once re-measured: issue D, #1, a front of single runs disagreed with the choice)."""
     points = []
     for t in trials:
         g = t.measurement.generation if t.measurement else None
-        if t.feasible and g and t.tokens_per_sec and g.get("token_latency_p99_s") is not None:
-            points.append(FrontPoint(t, t.tokens_per_sec, g["token_latency_p99_s"]))
+        if t.feasible and g and t.figure and g.get("token_latency_p99_s") is not None:
+            points.append(FrontPoint(t, t.figure, g["token_latency_p99_s"]))
 
     def beaten(p: FrontPoint) -> bool:
         return any(
@@ -123,7 +140,7 @@ def front_text(trials: list[TrialRecord]) -> str:
     for p in points:
         g = p.trial.measurement.generation
         lines.append(
-            f"  #{p.trial.number:<3} {format_rate(p.tokens_per_sec):>9} tok/s  "
+            f"  #{p.trial.number:<3} {figure_text(p.trial):>9} tok/s  "
             f"p99/token {format_ms(p.token_p99_s):>9}  TTFT p99 {format_ms(g.get('ttft_p99_s')):>9}  "
             f"{printable(config_summary(p.trial.config or {}))}"
         )

@@ -13,6 +13,7 @@ from autotune.present.text import (
     config_summary,
     counts_text,
     energy_text,
+    figure_text,
     flag_unstable,
     format_bytes,
     format_pct,
@@ -103,14 +104,6 @@ def _unstable_note(trial: TrialRecord) -> str:
     if not trial.unstable:
         return ""
     return f"  UNSTABLE (step time CV {format_pct(trial.step_time_cv)})"
-
-
-def figure_text(trial: TrialRecord) -> str:
-    """A trial's tokens/s as the recipe records it: the mean of its runs, with its own run beside
-    it where they differ."""
-    if not trial.confirmed:
-        return format_rate(trial.tokens_per_sec)
-    return f"{format_rate(trial.figure)} (mean of {'/'.join(format_rate(r) for r in trial.runs)})"
 
 
 def best_rate_text(trial: TrialRecord, sep: str = "/") -> str:

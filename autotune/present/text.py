@@ -3,11 +3,14 @@ values, outcome counts and tables (plain and Markdown). Torch-free, like all of 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from autotune import registry
 from autotune.errors import printable
 from autotune.units import format_bytes
+
+if TYPE_CHECKING:
+    from autotune.study.record import TrialRecord
 
 __all__ = [
     "config_summary",
@@ -192,3 +195,11 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def figure_text(trial: "TrialRecord") -> str:
+    """A trial's tokens/s as the recipe records it: the mean of its runs, with its own run beside
+    it where they differ."""
+    if not trial.confirmed:
+        return format_rate(trial.tokens_per_sec)
+    return f"{format_rate(trial.figure)} (mean of {'/'.join(format_rate(r) for r in trial.runs)})"
