@@ -32,6 +32,7 @@ import math
 import signal
 import sys
 import traceback
+from typing import Mapping
 
 from autotune.errors import UnsupportedConfig
 from autotune.units import format_bytes
@@ -360,6 +361,21 @@ def reproduction_failures(
         )
     if tokens_per_sec is None and not failures:
         failures.append("the run measured no tokens/s")
+    return failures
+
+
+LATENCIES = {"token_latency_p99_s": "p99 time per token", "ttft_p99_s": "p99 time to first token"}
+
+
+def latency_failures(recorded: Mapping[str, object], measured: Mapping[str, object], tolerance: float) -> list[str]:
+    """Why a re-measured generation recipe's latencies do not reproduce its record: each p99 above
+    the recorded by more than tokens/s may fall below it (1 / (1 - tolerance): the same allowance,
+    as a time)."""
+    failures = []
+    for key, what in LATENCIES.items():
+        was, now = recorded.get(key), measured.get(key)
+        if isinstance(was, (int, float)) and was > 0 and isinstance(now, (int, float)) and now * (1 - tolerance) > was:
+            failures.append(f"{what} is {now / was:.2f}x the recorded, above the {1 / (1 - tolerance):.2f}x allowed")
     return failures
 
 

@@ -222,7 +222,8 @@ def _verify_generation(
     """A generation recipe measured again on its own workload (prompt lengths, new tokens, the
     correctness check), in a fresh process, and judged as a training recipe is: output tokens/s
     against the record, the memory limit, and an outcome that must be ok (a run that recompiled
-    while timed, or left the float32 reference's tokens, fails)."""
+    while timed, or left the float32 reference's tokens, fails); and its latencies, the p99 time per
+    token and to the first token, each against the record (issue D, #13)."""
     from autotune.trial.generate import model_facts, run_generation_trial
 
     limit = recorded.get("memory_limit_bytes")
@@ -244,8 +245,11 @@ def _verify_generation(
     check_workload_fits(name, spec.longest_prompt, spec.new_tokens, context)
     trial = run_generation_trial(spec, recipe.config, timeout_s=timeout_s, device=describe(device))
     result = _judged(trial, recorded, float(recorded["tokens_per_sec"]), limit, tolerance)
-    if trial.measurement is not None:
+    if trial.measurement is not None and trial.measurement.generation is not None:
         result["measured"]["generation"] = trial.measurement.generation
+        late = outcomes.latency_failures(recorded.get("generation") or {}, trial.measurement.generation, tolerance)
+        if late:
+            result["passed"], result["reason"] = False, "; ".join(filter(None, [result["reason"], *late]))
     return result
 
 

@@ -180,3 +180,37 @@ def test_compare_shows_a_training_and_a_generation_study_of_one_model_side_by_si
     assert comparison.cross == []  # a training configuration says nothing of a generation study
     assert any("different tasks" in note for note in comparison.notes)
     assert "p99 time per token" in text
+
+
+@pytest.mark.parametrize(
+    "slower, passed",
+    [({}, True), ({"ttft_p99_s": 3.0}, False), ({"token_latency_p99_s": 2.0}, False), ({"ttft_p99_s": 1.2}, True)],
+)
+def test_verify_of_a_generation_recipe_holds_its_latencies_to_the_record(monkeypatch, slower, passed):
+    """Issue D, #13: `verify` of a generation recipe re-checked tokens/s and memory, never the
+    latencies it was chosen for: a recipe whose time to first token tripled passed."""
+    import autotune.trial.generate
+    from autotune.measure.measurement import Measurement
+    from autotune.recipe.verify import verify_recipe
+    from autotune.trial.runner import TrialResult
+
+    recorded = {"token_latency_p99_s": 0.010, "ttft_p99_s": 0.020}
+    recipe = generation_recipe()
+    recipe.measured["generation"] = recorded
+
+    def measured(spec, cfg, **kwargs):
+        figures = {key: value * slower.get(key, 1.0) for key, value in recorded.items()}
+        return TrialResult(
+            "ok",
+            None,
+            Measurement(
+                config=cfg.to_dict(), outcome="ok", tokens_per_sec=100.0, peak_memory_bytes=10**8, generation=figures
+            ),
+        )
+
+    monkeypatch.setattr(autotune.trial.generate, "model_facts", lambda *a, **k: (320, 256, False))
+    monkeypatch.setattr(autotune.trial.generate, "run_generation_trial", measured)
+    result = verify_recipe(recipe, device="cpu", tolerance=0.2, steps=2, warmup=0)
+    assert result["passed"] is passed, result["reason"]
+    if not passed:
+        assert "the recorded, above the 1.25x allowed" in result["reason"]
