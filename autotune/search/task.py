@@ -1,21 +1,9 @@
-"""What a search is, whatever it tunes: a task.
-
-A task is the resolved, checked context of one study (the preflight's result: `search.preflight`)
-and everything that differs between tasks, behind the one interface the one search path calls
-(`search.run`, `search.objective`, `search.confirm`):
-
-    identity(), record()      what a study of it is (`study.study_record`); written once, when it is made
-    sampler(seed)             what proposes its trials
-    configure(trial, ...)     a trial's configuration: a reference's, or the sampler's proposal
-    refusal(cfg)              why cfg cannot run here (recorded unsupported; no process starts)
-    measure(cfg, ...)         cfg measured in a trial process of its own
-    constraints(result)       the trial's Optuna constraints besides memory
-    rules(settings)           what a resumed study keeps (`resume` applies them)
-
-The tasks: `search.training.TrainTask` and `search.generate.GenerateTask` (`search.preflight`
-resolves the one asked for). A third is one more subclass, and one more entry in `TASKS`.
-
-Torch-free: the tuner process never imports torch."""
+"""What a search is, whatever it tunes: a task, the resolved and checked context of one study
+(the preflight's result: `search.preflight`), and everything that differs between tasks behind the
+one interface `Task` declares, which the one search path calls (`search.run`, `search.objective`,
+`search.confirm`). The tasks: `search.training.TrainTask` and `search.generate.GenerateTask`; a
+third is one more subclass and one more entry in `search.preflight.TASKS`. `resume` applies the
+rules (`Task.rules`) a resumed study keeps. Torch-free: the tuner process never imports torch."""
 
 from __future__ import annotations
 
