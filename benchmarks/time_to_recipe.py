@@ -72,7 +72,7 @@ from autotune.errors import UnsupportedConfig
 from autotune.knobs.support import DeviceCapabilities, check_supported
 from autotune.search.memory_model import MemoryContext, skip_prediction
 from autotune.search.planner import Planner
-from autotune.search.sampler import make_sampler
+from autotune.search.sampler import PlannerSampler
 from autotune.study.record import read_trials
 
 DEFAULT_SWEEP = Path(__file__).resolve().parent / "data" / "cpu_gpt2_tiny_sweep_large.json"
@@ -182,7 +182,7 @@ class TunerHooks:
     sweep: Sweep
 
     def build(self, sweep: Sweep, limit: int, seed: int) -> optuna.samplers.BaseSampler:
-        return make_sampler(sweep_planner(sweep, limit), seed=seed)
+        return PlannerSampler(sweep_planner(sweep, limit), seed=seed)
 
     def skip(self, history: History, cfg: Any) -> Any:
         planner = sweep_planner(self.sweep, history.limit)

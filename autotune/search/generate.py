@@ -28,6 +28,7 @@ import optuna
 from autotune.config import DEFAULT_AGREE_TOKENS, GenerateConfig, GenerateSpec, check_workload_fits, parse_fixed
 from autotune.errors import UsageError
 from autotune.knobs.support import DeviceCapabilities
+from autotune.registry import GENERATE
 from autotune.search.generation_space import (
     GenerationSpace,
     generation_space,
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GENERATE = "generate"
 DEFAULT_PROMPT_LEN = 32
 DEFAULT_NEW_TOKENS = 32
 LATENCY = "latency"

@@ -108,11 +108,6 @@ class PlannerSampler(optuna.samplers.BaseSampler):
         return self.planner.stop_reason(records, running)
 
 
-def make_sampler(planner: Planner | Callable[[], Planner], seed: int | None = None) -> PlannerSampler:
-    """The tuner's sampler for a study (its planner made from the study's context)."""
-    return PlannerSampler(planner, seed=seed)
-
-
 def planner_for(ctx: Any, seed: int | None = None) -> Planner:
     """The planner of a study (`search.training.TrainTask`): its space and device, its memory
     limit less the headroom, the model's shape where it is known; a candidate must keep the

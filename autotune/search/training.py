@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import optuna
 
+from autotune import registry
 from autotune.config import RunSpec, TrainConfig, check_int, parse_fixed
 from autotune.device import DeviceInfo, visible_gpu_count
 from autotune.errors import UnsupportedConfig, UsageError
@@ -32,14 +33,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TRAIN = "train"
-
 
 @dataclass(frozen=True, kw_only=True)
 class TrainTask(Task):
     """Everything that must stay the same for the trials of a training study to be comparable."""
 
-    name: ClassVar[str] = TRAIN
+    name: ClassVar[str] = registry.TRAIN
     objectives: ClassVar[tuple[str, ...]] = ("tokens_per_sec", "tokens_per_joule")
     # The options only this task takes (SearchSettings' fields): another task refuses them.
     options: ClassVar[tuple[str, ...]] = (

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-TRAIN = "train"
-DEFAULT_OBJECTIVE = "tokens_per_sec"
+from autotune import registry
+
+DEFAULT_OBJECTIVE = "tokens_per_sec"  # study.leaders', which reads its records through this module
 
 
 def _typed(value: Any, kind: type | tuple[type, ...]) -> Any:
@@ -56,7 +57,7 @@ class RunRules:
 class StudyRecord:
     """What a study is: its task, model, hardware and rules."""
 
-    task: str = TRAIN
+    task: str = registry.TRAIN
     model: str | None = None
     hardware: dict[str, Any] = field(default_factory=dict)  # device.info.DeviceInfo.to_dict()
     software: dict[str, Any] = field(default_factory=dict)  # versions of torch, optuna, ... that made it
@@ -85,7 +86,7 @@ class StudyRecord:
         made = attrs.get("autotune")
         software = made.get("software") if isinstance(made, Mapping) else None
         return cls(
-            task=_typed(attrs.get("task"), str) or TRAIN,
+            task=_typed(attrs.get("task"), str) or registry.TRAIN,
             model=_typed(attrs.get("model"), str),
             hardware=_typed(attrs.get("hardware"), dict) or {},
             software=_typed(software, dict) or {},

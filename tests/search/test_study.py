@@ -16,7 +16,6 @@ import autotune.study.lifecycle
 from autotune.config import TrainConfig
 from autotune.measure import outcomes
 from autotune.search.references import enqueue_references
-from autotune.search.sampler import make_sampler
 from autotune.study.storage import open_storage
 from autotune.study.summary import summarize
 from tests.helpers import (
@@ -29,7 +28,12 @@ from tests.helpers import (
 def open_reference_study(name, storage, ctx):
     """Open a study as `search` does: the tuner's sampler, the references enqueued at creation."""
     return autotune.study.lifecycle.open_study(
-        name, storage, ctx, sampler=make_sampler, seed=0, on_create=enqueue_references
+        name,
+        storage,
+        ctx,
+        sampler=ctx.sampler,
+        seed=0,
+        on_create=enqueue_references,
     )
 
 
