@@ -375,7 +375,7 @@ def commands_that_do_no_work():
             "autotune.recipe.profile.profile_recipe",
             "autotune.search.run.run_search",
             "autotune.study.storage.load_study",
-            "autotune.present.dashboard.require_dashboard",
+            "autotune.cli.studies.require_dashboard",
         ):
             patch.setattr(target, no_work)
         try:

@@ -93,24 +93,34 @@ def report(study, storage, out_dir) -> None:
 def dashboard(study, storage, port) -> None:
     """Browse a study in optuna-dashboard on 127.0.0.1 (until Ctrl-C)."""
     from autotune.errors import UsageError
-    from autotune.present.dashboard import dashboard_url, require_dashboard, serve_dashboard
-    from autotune.study.storage import load_study
-
-    require_dashboard()  # before anything is opened
-    check_port_free(port)
-    loaded = load_study(study, storage)
-    click.echo(
-        f"optuna-dashboard for study {printable(loaded.study_name)}: {dashboard_url(loaded, port)}  "
-        "(Ctrl-C stops it: exit 130)",
-        err=True,
-    )
+    from autotune.study.storage import internals, load_study
     from autotune.trial.processes import stops_not_swallowed
 
+    server = require_dashboard()  # before anything is opened
+    check_port_free(port)
+    loaded = load_study(study, storage)
+    served, study_id = internals(loaded)  # our storage as it is: a journal's recovery, SQLite's waits
+    click.echo(
+        f"optuna-dashboard for study {printable(loaded.study_name)}: "
+        f"http://127.0.0.1:{port}/dashboard/studies/{study_id}  (Ctrl-C stops it: exit 130)",
+        err=True,
+    )
     try:
         with stops_not_swallowed():  # bottle's server swallows Ctrl-C: exit 130 / 143 all the same
-            serve_dashboard(loaded, port)
+            server.run_server(served, host="127.0.0.1", port=port)  # our attrs are plain JSON: shown as they are
     except OSError as exc:  # taken between the check and the server's own bind
         raise UsageError(f"--port {port}: cannot serve on 127.0.0.1:{port} ({exc.strerror or exc})") from None
+
+
+def require_dashboard():
+    """The optuna_dashboard module, or AutotuneError (exit 1) saying how to install it."""
+    from autotune.errors import AutotuneError
+
+    try:
+        import optuna_dashboard
+    except ImportError:
+        raise AutotuneError("the dashboard needs optuna-dashboard: pip install optuna-dashboard") from None
+    return optuna_dashboard
 
 
 def check_port_free(port: int) -> None:

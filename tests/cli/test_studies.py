@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import types
 
 import pytest
 
@@ -66,16 +67,16 @@ def test_ctrl_c_stops_the_dashboard_with_130_and_one_line(workdir, monkeypatch):
     """Ctrl-C anywhere exits 130 with one line (issue 14), the dashboard's server included."""
     import optuna
 
-    import autotune.present.dashboard
+    import autotune.cli.studies
 
     (workdir / "studies").mkdir()
     optuna.create_study(study_name="s", storage="sqlite:///studies/s.db")
 
-    def interrupted(study, port):
+    def interrupted(storage, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(autotune.present.dashboard, "serve_dashboard", interrupted)
-    monkeypatch.setattr(autotune.present.dashboard, "require_dashboard", lambda: None)
+    server = types.SimpleNamespace(run_server=interrupted)
+    monkeypatch.setattr(autotune.cli.studies, "require_dashboard", lambda: server)
     result = invoke("dashboard", "--study", "s", "--port", "8765")
     assert result.exit_code == 130, result.output
     assert result.stderr.splitlines()[-1] == "Error: interrupted (Ctrl-C)"

@@ -1,4 +1,4 @@
-"""autotune.present.dashboard and optuna-dashboard: our studies are served unchanged, and
+"""`autotune dashboard` and optuna-dashboard: our studies are served unchanged, and
 `autotune dashboard` starts the server (or says how to install it)."""
 
 from __future__ import annotations
