@@ -1,8 +1,11 @@
-"""The peak-FLOPs table that MFU divides by, in one place, each entry with its source."""
+"""The peak-FLOPs table that MFU divides by, in one place, each entry with its source; beside it, the
+cards the project knows (`CARDS`), for planning on a card this machine does not have."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from autotune.device.info import DeviceInfo
 
 # Dense (no sparsity) peak FLOP/s by device name fragment and compute dtype, as NVML and
 # torch name the cards ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA H100 80GB HBM3"). Each entry
@@ -57,7 +60,41 @@ PEAK_FLOPS: list[tuple[str, dict[str, float], str]] = [
         "NVIDIA Ada Lovelace architecture whitepaper, RTX 4090, FP32-accumulate dense",
     ),
     ("V100", {"float16": 125e12, "float32": 15.7e12}, "NVIDIA V100 datasheet (SXM2), dense"),
+    ("T4", {"float16": 65e12, "float32": 8.1e12}, "NVIDIA T4 datasheet (65 TFLOPS mixed FP16/FP32), dense"),
 ]
+
+
+@dataclass(frozen=True)
+class Card:
+    """A card the project knows, for planning on one this machine does not have (`autotune plan
+    --gpu`): its name as NVML gives it (what the peaks above are found by), the memory
+    nvidia-smi reports as its total, and its compute capability."""
+
+    name: str
+    memory_mib: int
+    compute_capability: str
+
+    def device(self) -> DeviceInfo:
+        return DeviceInfo(
+            kind="cuda",
+            name=self.name,
+            total_memory_bytes=self.memory_mib * 2**20,
+            compute_capability=self.compute_capability,
+        )
+
+
+# The SXM cards where a card comes as SXM and PCIe. The A10G (AWS's A10) has no datasheet of
+# its own: the A10's peak above is the one it gets.
+CARDS: dict[str, Card] = {
+    "a100-40gb": Card("NVIDIA A100-SXM4-40GB", 40960, "8.0"),
+    "a100-80gb": Card("NVIDIA A100-SXM4-80GB", 81920, "8.0"),
+    "h100-80gb": Card("NVIDIA H100 80GB HBM3", 81559, "9.0"),
+    "h200": Card("NVIDIA H200", 143771, "9.0"),
+    "rtx-4090": Card("NVIDIA GeForce RTX 4090", 24564, "8.9"),
+    "l4": Card("NVIDIA L4", 23034, "8.9"),
+    "a10g": Card("NVIDIA A10G", 23028, "8.6"),
+    "t4": Card("Tesla T4", 15360, "7.5"),
+}
 
 # NVML names a MIG instance "<card> MIG <profile>" ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"). A
 # slice has a fraction of the card's SMs, and not a fixed one (1g of an H100 SXM is 16 of

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.device import PEAK_FLOPS, peak_flops
-from autotune.device.flops import MEASURED_PEAK_FLOPS, measured_peak_flops
+from autotune.device.flops import CARDS, MEASURED_PEAK_FLOPS, measured_peak_flops
 
 
 @pytest.mark.parametrize(
@@ -41,3 +41,15 @@ def test_a_measured_peak_only_where_a_real_card_of_that_kind_was_measured():
     assert measured_peak_flops("NVIDIA A100-SXM4-80GB", "bfloat16") is None
     for fragment, (by_dtype, source) in MEASURED_PEAK_FLOPS.items():
         assert source and all(v < peak_flops(f"NVIDIA {fragment}", d) for d, v in by_dtype.items())
+
+
+def test_every_card_the_project_knows_is_a_device_with_its_memory_capability_and_peak():
+    """The cards `autotune plan --gpu` plans for: each a CUDA device with its memory and compute
+    capability, whose peak the table above finds by the name NVML gives it."""
+    assert {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "rtx-4090", "l4", "a10g", "t4"} <= set(CARDS)
+    for card in CARDS.values():
+        device = card.device()
+        assert device.kind == "cuda" and device.total_memory_bytes >= 15 * 2**30
+        half = "bfloat16" if device.capability_tuple >= (8, 0) else "float16"
+        assert peak_flops(device.name, half), card
+    assert CARDS["h200"].device().total_memory_bytes > CARDS["h100-80gb"].device().total_memory_bytes
