@@ -191,6 +191,27 @@ def _prefetched_group(item) -> str | None:
     return XDIST_GROUPS.get(used[0], used[0]) if used else None
 
 
+# Session fixtures of this file that measure something (seconds): their tests share a worker
+# too, which makes them once.
+SHARED_HERE = ("recipe",)
+
+
+def _shared_group(item) -> str | None:
+    """The worker a test shares with the others reading what it reads, besides the prefetched
+    fixtures: the module (or class) whose module- or class-scoped fixture it uses (one launch,
+    one model, one study made for all its tests, as tests/trial/test_parity.py's two ranks: split
+    over two workers, each made it); else one of SHARED_HERE. None when it reads nothing shared."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs if info is not None else {}
+    for name in item.fixturenames:
+        fixture = defs[name][-1] if defs.get(name) else None
+        if fixture is None or fixture.scope not in ("class", "module", "package"):
+            continue
+        if fixture.baseid.partition("::")[0].endswith(".py"):  # defined in a test module (or its class)
+            return fixture.baseid.partition("::")[0]
+    return next((name for name in SHARED_HERE if name in item.fixturenames), None)
+
+
 def pytest_configure(config) -> None:
     """One garbage collection at the end of the session, not pytest's five: it collects to
     report exceptions raised in __del__ (an unraisable exception is reported when it happens;
@@ -258,7 +279,12 @@ def pytest_collection_modifyitems(config, items) -> None:
         return 1 if any(item.get_closest_marker(m) for m in ("process", "postgres")) else 0
 
     for item in items:
-        if (name := _prefetched_group(item)) is not None:
+        # A prefetched fixture's group first (the costliest to make twice); else a group given by
+        # hand (pytestmark = pytest.mark.xdist_group(...)) stands.
+        name = _prefetched_group(item)
+        if name is None and item.get_closest_marker("xdist_group") is None:
+            name = _shared_group(item)
+        if name is not None:
             item.add_marker(pytest.mark.xdist_group(name))
         if any(item.get_closest_marker(m) for m in SLOW_BY_NATURE):
             item.add_marker(pytest.mark.slow)
