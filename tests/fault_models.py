@@ -38,13 +38,8 @@ import torch
 
 from autotune.model.gpt import GPT
 from autotune.model.sizes import MODEL_SIZES
+from tests.fault_env import BUILDS_ENV, PIDFILE_ENV, RANKS_DIR_ENV
 
-# Where `hang` writes the pid of the child it starts, when the test asks for it.
-PIDFILE_ENV = "AUTOTUNE_TEST_PIDFILE"
-# Where `full_disk` counts its builds (one line each), across the processes that build it.
-BUILDS_ENV = "AUTOTUNE_TEST_BUILDS"
-# Where rank_1_raises and rank_1_hangs note each rank's pid and rendezvous port.
-RANKS_DIR_ENV = "AUTOTUNE_TEST_RANKS_DIR"
 HOG_BYTES_PER_TOKEN = 64 * 1024
 HOG_CAP_BYTES = 1_200_000_000
 HOST_HOG_BYTES = 1536 << 20  # 1.5 GiB: far above a 256 MiB limit, well within this machine

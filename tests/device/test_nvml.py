@@ -11,7 +11,6 @@ import pytest
 import autotune.device.nvml
 from autotune.config import TrainConfig
 from autotune.measure import outcomes
-from autotune.measure.loop import measure
 from tests.helpers import tiny_spec
 
 
@@ -48,6 +47,8 @@ def test_nvml_failing_on_a_gpu_machine_is_said_once(fresh_nvml, monkeypatch, cap
 
 @pytest.mark.slow
 def test_memory_limit_is_still_enforced_on_cpu_without_nvml(fresh_nvml):
+    from autotune.measure.loop import measure  # torch: imported by the one test that measures
+
     assert autotune.device.nvml.load_nvml() is None
     spec = tiny_spec(steps=2, memory_limit_bytes=64 * 1024**2)
     m = measure(spec, TrainConfig(token_budget=1024))

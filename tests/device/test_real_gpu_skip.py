@@ -6,9 +6,7 @@ fakes miss would reach the real device. Runs everywhere: the GPU is simulated.""
 from __future__ import annotations
 
 import pytest
-import torch
 
-import tests.cuda_fakes as fakes
 from tests import conftest
 
 
@@ -23,6 +21,10 @@ class Item:
 
 
 def test_the_fakes_tests_are_skipped_where_a_real_gpu_is_visible(monkeypatch):
+    import torch  # here, as the fakes (which import it): collecting this module imports no torch
+
+    import tests.cuda_fakes as fakes
+
     monkeypatch.setattr(fakes, "_real_gpu", [])  # asked again, with a GPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA H200")
@@ -34,6 +36,10 @@ def test_the_fakes_tests_are_skipped_where_a_real_gpu_is_visible(monkeypatch):
 
 
 def test_without_a_gpu_the_fakes_tests_run(monkeypatch):
+    import torch
+
+    import tests.cuda_fakes as fakes
+
     monkeypatch.setattr(fakes, "_real_gpu", [])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU build, or a CUDA build without a GPU
     assert fakes.real_gpu_reason() is None

@@ -8,7 +8,6 @@ import signal
 from pathlib import Path
 
 import pytest
-import torch
 
 from autotune.errors import UnsupportedConfig
 from autotune.measure import outcomes
@@ -47,6 +46,8 @@ def _raised(exc: BaseException) -> BaseException:
 
 
 def test_classify_exception():
+    import torch
+
     oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
     assert outcomes.classify_exception(oom) == ("oom", "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB")
     assert outcomes.classify_exception(MemoryError())[0] == "oom"
@@ -67,6 +68,7 @@ def test_classify_exception():
 
 
 def test_classify_the_real_sdpa_error():
+    import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q = torch.randn(1, 2, 8, 4)

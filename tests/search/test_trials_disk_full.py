@@ -23,7 +23,7 @@ from autotune.recipe.recipe import Recipe
 from autotune.search.run import run_search
 from autotune.study.storage import open_storage
 from tests.attack_helpers import FAST, fake_trials, repo_env, settings
-from tests.fault_models import BUILDS_ENV
+from tests.fault_env import BUILDS_ENV
 from tests.helpers import run_autotune
 
 NO_ROOM = os.strerror(errno.ENOSPC)

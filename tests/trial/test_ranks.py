@@ -22,7 +22,7 @@ from autotune.measure.measurement import Measurement
 from autotune.trial.ranks import aggregate, failed_rank
 from autotune.trial.runner import run_trial
 from tests.attack_helpers import in_repo_env
-from tests.fault_models import RANKS_DIR_ENV
+from tests.fault_env import RANKS_DIR_ENV
 from tests.helpers import repo_env, timeout_passes_once
 from tests.listening import listening_addresses, socket_inodes
 
