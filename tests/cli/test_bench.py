@@ -37,48 +37,6 @@ def bench(*args: str):
     return invoke("bench", "--model", "gpt2-tiny", "--device", "cpu", "--min-time", "0", *args)
 
 
-@pytest.mark.process
-def test_python_m_autotune_bench_json():
-    # At 1024 tokens a step (the default 8192 is 8x the work: the budget is not the subject).
-    args = ("--model", "gpt2-tiny", *FAST, "--set", "token_budget=1024", "--json")
-    proc = run_autotune("bench", *args, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)  # stdout is exactly one JSON object, nothing else
-    assert JSON_KEYS <= set(data)
-    assert data["outcome"] == "ok" and data["reason"] is None
-    assert data["tokens_per_sec"] > 0 and data["padded_tokens_per_sec"] >= data["tokens_per_sec"]
-    assert 0 <= data["padding_fraction"] < 1 and data["step_time_median_s"] > 0
-    assert data["mfu"] is None and data["gpu_utilization"] is None and data["peak_memory_bytes"] > 0
-    assert data["device"]["kind"] == "cpu" and data["steps"] >= 4
-    ci = data["tokens_per_sec_ci95"]  # null when the window has too few independent steps
-    assert ci is None or ci[0] <= data["tokens_per_sec"] <= ci[1]
-    # Energy per token where RAPL is readable, else null with the reason (this machine has none).
-    assert (data["joules_per_token"] is None) == bool(data["energy_note"])
-    assert data["config"] == {
-        "num_workers": 0,
-        "prefetch_factor": None,
-        "pin_memory": False,
-        "persistent_workers": False,
-        "token_budget": 1024,
-        "batching": "padded",
-        "amp_dtype": "float32",
-        "compile_mode": "none",
-        "compile_scope": "blocks",
-        "sdpa_backend": "auto",
-        "loss_impl": "standard",
-        "attention_mask": "causal",
-        "checkpoint_layers": [],
-        "expandable_segments": False,
-        # the knobs of several ranks, at their defaults in a process of one (issue C)
-        "parallelism": "none",
-        "bucket_cap_mb": 25,
-        "gradient_as_bucket_view": False,
-        "static_graph": False,
-        "reshard_after_forward": True,
-        "reduce_dtype": "float32",
-    }
-
-
 def test_unsupported_config_is_json_and_exit_1():
     result = bench("--set", "sdpa_backend=efficient", "--json")
     assert result.exit_code == 1
@@ -164,9 +122,47 @@ def test_bad_input_exit_2(args, message):
 
 @pytest.mark.process
 def test_bench_json_stdout_stays_json_when_the_model_prints():
-    """A model printing to stdout (print, or C code writing to fd 1) made `bench --json` invalid JSON."""
+    """`python -m autotune bench --json` end to end, on gpt2-tiny printing to stdout when built and
+    at every step, through print and through fd 1 as C code does (tests.fault_models:chatty): stdout
+    is exactly the one JSON object with every field (the model's lines made it invalid JSON), and
+    what the model printed is on stderr. At 1024 tokens a step (the default 8192 is 8x the work:
+    the budget is not the subject)."""
     args = ("--model", "tests.fault_models:chatty", *FAST, "--set", "token_budget=1024", "--json")
     proc = run_autotune("bench", *args, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["outcome"] == "ok"
+    data = json.loads(proc.stdout)  # stdout is exactly one JSON object, nothing else
+    assert JSON_KEYS <= set(data)
+    assert data["outcome"] == "ok" and data["reason"] is None
+    assert data["tokens_per_sec"] > 0 and data["padded_tokens_per_sec"] >= data["tokens_per_sec"]
+    assert 0 <= data["padding_fraction"] < 1 and data["step_time_median_s"] > 0
+    assert data["mfu"] is None and data["gpu_utilization"] is None and data["peak_memory_bytes"] > 0
+    assert data["device"]["kind"] == "cpu" and data["steps"] >= 4
+    ci = data["tokens_per_sec_ci95"]  # null when the window has too few independent steps
+    assert ci is None or ci[0] <= data["tokens_per_sec"] <= ci[1]
+    # Energy per token where RAPL is readable, else null with the reason (this machine has none).
+    assert (data["joules_per_token"] is None) == bool(data["energy_note"])
+    assert data["config"] == {
+        "num_workers": 0,
+        "prefetch_factor": None,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "token_budget": 1024,
+        "batching": "padded",
+        "amp_dtype": "float32",
+        "compile_mode": "none",
+        "compile_scope": "blocks",
+        "sdpa_backend": "auto",
+        "loss_impl": "standard",
+        "attention_mask": "causal",
+        "checkpoint_layers": [],
+        "expandable_segments": False,
+        "cpu_threads": 0,
+        # the knobs of several ranks, at their defaults in a process of one (issue C)
+        "parallelism": "none",
+        "bucket_cap_mb": 25,
+        "gradient_as_bucket_view": False,
+        "static_graph": False,
+        "reshard_after_forward": True,
+        "reduce_dtype": "float32",
+    }
     assert "chatty: built" in proc.stderr and "chatty: a step" in proc.stderr and "chatty: from C" in proc.stderr
