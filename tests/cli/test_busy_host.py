@@ -40,7 +40,9 @@ def test_search_says_the_host_is_busy(busy, tmp_path, monkeypatch, caplog):
 
 @pytest.mark.slow
 def test_bench_says_the_host_was_busy_beside_its_figures(busy):
-    result = invoke("bench", "--model", "gpt2-tiny", "--device", "cpu", "--steps", "2", "--warmup", "0", "--json")
+    # 1024 tokens a step, no minimum time (the defaults, 8192 and 2 s, are 8x the work and more)
+    args = ("--steps", "2", "--warmup", "0", "--min-time", "0", "--set", "token_budget=1024", "--json")
+    result = invoke("bench", "--model", "gpt2-tiny", "--device", "cpu", *args)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["outcome"] == "ok"
     assert "Warning: this host is busy: a load of 9.3" in result.stderr
