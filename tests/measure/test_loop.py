@@ -311,10 +311,10 @@ def test_a_short_window_clearly_below_the_threshold_is_not_measured_fully():
     it stops there (a quarter of the steps), one above it is timed in full, the short window merged in.
     (Without an interval, twice the window's spread is the margin.)"""
     cfg = TrainConfig(token_budget=1024, batching="packed")
-    pruned = measure(tiny_spec(steps=40, prune_below_tokens_per_sec=1e12), cfg)
+    pruned = measure(tiny_spec(steps=16, prune_below_tokens_per_sec=1e12), cfg)
     assert pruned.outcome == outcomes.OK and pruned.short_window
-    assert pruned.steps == 10 and pruned.tokens_per_sec > 0  # a quarter of the 40 steps
-    full = measure(tiny_spec(steps=40, prune_below_tokens_per_sec=1.0), cfg)
-    assert not full.short_window and full.steps >= 40
-    plain = measure(tiny_spec(steps=12), cfg)
-    assert not plain.short_window and plain.steps >= 12
+    assert pruned.steps == 4 and pruned.tokens_per_sec > 0  # a quarter of the 16 steps
+    full = measure(tiny_spec(steps=16, prune_below_tokens_per_sec=1.0), cfg)
+    assert not full.short_window and full.steps >= 16
+    plain = measure(tiny_spec(steps=8), cfg)
+    assert not plain.short_window and plain.steps >= 8
