@@ -17,7 +17,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import config_key, enumerate_space  # noqa: E402
 from _replay import Sweep, best_feasible, measured, memory_limit  # noqa: E402
 
-pytestmark = pytest.mark.slow
+# One worker loads each landscape once (functools.cache, below), for every test that reads it:
+# split over the two, both loaded most of them (~14 s of CPU to load them all, ~9 s to enumerate).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("shapes-landscapes")]
 
 SHAPES = ROOT / "benchmarks" / "shapes"
 NAMES = ("interacting", "edge", "heavy-tail", "host-bound", "pre-ampere")
