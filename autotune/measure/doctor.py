@@ -228,7 +228,9 @@ def check_compile(device: str, info: DeviceInfo) -> Check:
     missing = compile_prerequisites(info.kind)
     if missing is not None:
         return Check(False, missing, time.perf_counter() - started)
-    tiny = _new_function(random.uniform(1.0, 2.0))
+    # From the OS, not the process's generator: a seeded process (a test, a notebook) would draw
+    # the same constant again, and a cache would answer.
+    tiny = _new_function(random.SystemRandom().uniform(1.0, 2.0))
     try:
         x = torch.randn(256, device=device)
         torch.testing.assert_close(torch.compile(tiny)(x), tiny(x))
