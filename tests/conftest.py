@@ -19,6 +19,7 @@ password authentication. Skipped only when neither works and CI is not set; in C
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -36,6 +37,12 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 # server and CLI process the tests start compiles autotune from source. __pycache__ is ignored
 # by git; the writes are atomic (a rename), so concurrent workers share them safely.
 sys.dont_write_bytecode = False
+# Ctrl-C reaches every process the tests start, as it does a user's: a suite started in the
+# background (nohup, `&` in a script without job control) inherits SIGINT ignored, and so would
+# every search, trial and worker it starts (exec keeps an ignored signal ignored; a handled one
+# goes back to its default), and each Ctrl-C test would fail on a signal never delivered.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # Property-based tests draw the same examples on every run (Hypothesis's derandomize): a pass in
