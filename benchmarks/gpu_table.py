@@ -8,9 +8,10 @@ MFU at the mean padded length and at the full context, each against the datashee
 against the peak `autotune doctor` measured on this device (a large bf16 matmul; on a machine
 whose doctor measured none, the 790 TFLOP/s an H200 reached here, said as such); peak memory and
 where it was read (nvml-process, nvml-device in a container, allocator-reserved without NVML, rss
-on CPU); padding; compile time; compile events in the timed window; the unstable flag. Then the
-generation step, the Llama step (checkpointed blocks compiled under a forced kernel), the
-two probes (benchmarks/gpu_probes.py) and each step's time.
+on CPU); padding; compile time; compile events in the timed window; the unstable flag. Then
+`autotune plan`'s memory prior against the search's measured peaks, the generation step, the
+Llama step (checkpointed blocks compiled under a forced kernel), the two probes
+(benchmarks/gpu_probes.py) and each step's time.
 
     python benchmarks/gpu_table.py WORK_DIR DRY(0|1)"""
 
@@ -201,6 +202,30 @@ def llama_line(m: dict[str, Any] | None) -> str:
     )
 
 
+def plan_line(db: Path) -> tuple[str, list[dict[str, Any]]]:
+    """`autotune plan`'s memory model against the search's measured peaks (docs/plan.md): its prior,
+    as the plan predicts before any trial, and the model fitted to the other trials."""
+    try:
+        from autotune.search.plan import make_plan, study_task
+
+        task, records = study_task("gpucheck", f"sqlite:///{db}")
+        rows = make_plan(task, records=records)["calibration"]
+    except Exception as exc:  # noqa: BLE001 (no study, or not one the plan reads)
+        return f"plan: no study to check it against ({str(exc)[:160]})", []
+    if not rows:
+        return "plan: no measured peak to check it against", []
+
+    def band(key: str) -> str:
+        errors = [r[key] / r["measured_bytes"] - 1 for r in rows]
+        return f"{min(errors):+.0%} to {max(errors):+.0%}"
+
+    return (
+        f"plan: its prior {band('prior_bytes')} of the {len(rows)} measured peaks, fitted to the other trials "
+        f"{band('calibrated_bytes')} (predicted / measured - 1)",
+        rows,
+    )
+
+
 def steps(work: Path) -> list[list[str]]:
     try:
         return [line.split("\t") for line in (work / "steps.tsv").read_text().splitlines() if line]
@@ -240,6 +265,8 @@ def main(work_dir: str, dry_run: str) -> int:
             f"search: {search.get('n_trials')} trials {search.get('counts')}, best's speedup over the baseline "
             f"{search.get('speedup_vs_baseline')}, over the checklist {search.get('speedup_vs_checklist')}"
         )
+    plan, plan_rows = plan_line(work / "gpucheck.db")
+    print(plan)
     generate = load(work / "generate.json")
     print(generation_line(generate))
     llama = load(work / "llama.json")
@@ -260,6 +287,7 @@ def main(work_dir: str, dry_run: str) -> int:
             k: (search or {}).get(k) for k in ("n_trials", "counts", "speedup_vs_baseline", "speedup_vs_checklist")
         },
         "probes": probes,
+        "plan": plan_rows,
         "generate": generate,
         "llama": llama,
         "steps": steps(work),

@@ -19,6 +19,7 @@ from autotune._version import __version__
 from autotune.cli._options import CONTEXT_SETTINGS, verbose_option
 from autotune.cli.bench import bench
 from autotune.cli.doctor import doctor
+from autotune.cli.plan import plan
 from autotune.cli.recipes import export, profile, verify
 from autotune.cli.search import search
 from autotune.cli.studies import compare, dashboard, report, show
@@ -83,5 +84,5 @@ def main() -> None:
     logging.basicConfig(handlers=[handler])  # the level is -v's (the root's: WARNING without it)
 
 
-for _command in (bench, search, show, export, verify, profile, compare, report, dashboard, doctor):
+for _command in (bench, search, plan, show, export, verify, profile, compare, report, dashboard, doctor):
     main.add_command(_command)

@@ -242,6 +242,34 @@ def test_the_table_has_every_column_for_every_run(tmp_path, capsys):
     assert figures["rows"][2] == best and figures["measured_peak_flops"] == 800e12
 
 
+@pytest.mark.slow
+def test_the_table_checks_the_plan_against_the_peaks_the_search_measured(tmp_path, capsys):
+    """The first GPU run tests `autotune plan` too: its prior beside each peak the search measured,
+    and the model fitted to the other trials. Here the peaks are 1.25x the prior: -20 %."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_table
+    import optuna
+
+    from autotune.config import TrainConfig
+    from autotune.search.memory_model import memory_context
+    from autotune.search.plan import plan_task
+    from autotune.search.settings import SearchSettings
+
+    task = plan_task(SearchSettings(model="gpt2"), "h200")
+    study = optuna.create_study(study_name="gpucheck", storage=f"sqlite:///{tmp_path / 'gpucheck.db'}")
+    for key, value in task.record().attrs().items():
+        study.set_user_attr(key, value)
+    for budget in (8192, 32768):
+        config = {**TrainConfig().to_dict(), "token_budget": budget, "amp_dtype": "bfloat16"}
+        prior = memory_context(task).prior(config)
+        peak = int(1.25 * (prior.static + prior.per_token * budget))
+        attrs = {"outcome": "ok", "config": config, "tokens_per_sec": 1e5, "peak_memory_bytes": peak}
+        study.add_trial(optuna.trial.create_trial(value=1e5, user_attrs=attrs))
+    assert gpu_table.main(str(tmp_path), "0") == 0
+    assert "plan: its prior -20% to -20% of the 2 measured peaks, fitted to the other trials" in capsys.readouterr().out
+    assert len(json.loads((tmp_path / "figures.json").read_text())["plan"]) == 2
+
+
 def test_without_a_measured_peak_an_h200_is_judged_against_the_published_one(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_table

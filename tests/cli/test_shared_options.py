@@ -10,7 +10,7 @@ import click
 
 from autotune.cli import main
 
-COMMANDS = ("search", "bench", "verify", "profile", "doctor")  # search's options are the declaration
+COMMANDS = ("search", "bench", "verify", "profile", "doctor", "plan")  # search's options are the declaration
 
 # The overrides the commands name (cli/recipes.py), and which attributes of the option each changes.
 OVERRIDES = {
@@ -19,6 +19,8 @@ OVERRIDES = {
     ("verify", "--data"): {"default", "help"},  # RECIPES_DATA: the recipe's data unless given
     ("profile", "--steps"): {"type", "help"},  # PROFILED_STEPS: from 1, not a timed window's 2
     ("verify", "--timeout"): {"default", "show_default", "help"},  # VERIFY_TIMEOUT: kills the measuring process
+    ("plan", "--study"): {"show_default", "help"},  # study_options: a stored study to read, as show's
+    ("plan", "--storage"): {"show_default", "help", "envvar"},  # AUTOTUNE_STORAGE reaches --devices workers only
 }
 ATTRIBUTES = ("default", "help", "show_default", "is_flag", "multiple", "metavar", "envvar", "hidden", "required")
 
@@ -60,4 +62,4 @@ def test_a_flag_two_commands_share_is_one_option_but_for_the_named_overrides():
 
 def test_every_command_that_runs_the_model_has_the_same_default_model():
     models = {name: options["default"] for name, options in by_flag()["--model"].items()}
-    assert models == {"search": "gpt2", "bench": "gpt2", "verify": None, "profile": None}
+    assert models == {"search": "gpt2", "bench": "gpt2", "verify": None, "profile": None, "plan": "gpt2"}
