@@ -1294,8 +1294,12 @@ def knob(name: str) -> Knob:
     return BY_NAME[name]
 
 
+BY_TASK: dict[str, tuple[Knob, ...]] = {t: tuple(k for k in KNOBS if k.task == t) for t in {k.task for k in KNOBS}}
+
+
 def knobs_of(task: str = TRAIN) -> tuple[Knob, ...]:
-    return tuple(k for k in KNOBS if k.task == task)
+    # Made once: every config's validation asks for them, and the planner builds tens of thousands.
+    return BY_TASK.get(task, ())
 
 
 def names(task: str = TRAIN) -> tuple[str, ...]:
