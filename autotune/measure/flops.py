@@ -17,6 +17,13 @@ def flops_per_token(n_params: int, shape: ModelShape, width: float) -> float | N
     return 6 * n_params + 12 * shape.n_layer * shape.n_head * shape.head_dim * width
 
 
+def step_work(n_params: int, shape: ModelShape, rows: int, width: int) -> float:
+    """A step's modelled FLOPs, pads included (they are computed): its positions times the
+    FLOPs per token at its width; its positions alone where the model does not say its heads
+    (the step-time spread and the interval then weigh steps by positions)."""
+    return rows * width * (flops_per_token(n_params, shape, width) or 1.0)
+
+
 def model_flops_utilization(
     tokens_per_sec: float,
     *,

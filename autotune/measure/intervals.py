@@ -110,6 +110,22 @@ def rate_interval(
     return rate * median / slow, rate * median / fast
 
 
+def time_per_flop_cv(step_times: Sequence[float], work_per_step: Sequence[float], accumulation: int = 1) -> float:
+    """Coefficient of variation of the time per modelled FLOP of each step (the measuring
+    loop's step-time spread, `measure.loop._Window.cv` says why per FLOP). Under accumulation,
+    the micro-steps that end an optimizer step also run the optimizer, longer by design: they
+    are left out when at least two others remain."""
+    pairs = list(zip(step_times, work_per_step))
+    if accumulation > 1:
+        inner = [p for i, p in enumerate(pairs) if (i + 1) % accumulation]
+        pairs = inner if len(inner) >= 2 else pairs
+    if len(pairs) < 2:
+        return 0.0
+    per_flop = [t / w for t, w in pairs]
+    mean = statistics.fmean(per_flop)
+    return statistics.stdev(per_flop) / mean if mean > 0 else 0.0
+
+
 def scaled(interval: Sequence[float] | None, factor: float) -> list[float] | None:
     """The same relative interval around another figure of the same window (padded tokens/s)."""
     return None if interval is None else [interval[0] * factor, interval[1] * factor]

@@ -53,7 +53,7 @@ from autotune.measure.compile_events import CompileEvents
 from autotune.measure.cuda import CudaSession, HostSession, session_for
 from autotune.measure.energy import EnergyMeter, energy_meter, joules_per_token, window_energy
 from autotune.measure.extremes import Extremes, extreme_shapes, run_extremes
-from autotune.measure.flops import flops_per_token, model_flops_utilization
+from autotune.measure.flops import model_flops_utilization, step_work
 from autotune.measure.measurement import Measurement
 from autotune.measure.peaks import PhasePeaks, memory_meter
 from autotune.measure.ranks import Ranks
@@ -270,10 +270,7 @@ class _Run:
         return window
 
     def _step_work(self, labels: torch.Tensor) -> float:
-        """A step's modelled FLOPs, pads included (they are computed): its positions times the
-        FLOPs per token at its width; its positions alone where the model does not say its heads."""
-        per_token = flops_per_token(self.n_params, self.shape, labels.shape[1])
-        return labels.numel() * (per_token or 1.0)
+        return step_work(self.n_params, self.shape, labels.shape[0], labels.shape[1])
 
     # --- figures --------------------------------------------------------------------------
 
@@ -406,15 +403,7 @@ class _Window:
         equals the step-time CV. Under accumulation, the micro-steps that end an optimizer
         step also run the optimizer, longer by design: they are left out when at least two
         others remain (every step is then alike)."""
-        pairs = list(zip(self.step_times, self.work_per_step))
-        if self.accumulation > 1:
-            inner = [p for i, p in enumerate(pairs) if (i + 1) % self.accumulation]
-            pairs = inner if len(inner) >= 2 else pairs
-        if len(pairs) < 2:
-            return 0.0
-        per_flop = [t / w for t, w in pairs]
-        mean = statistics.fmean(per_flop)
-        return statistics.stdev(per_flop) / mean if mean > 0 else 0.0
+        return intervals.time_per_flop_cv(self.step_times, self.work_per_step, self.accumulation)
 
     def merge(self, other: "_Window") -> "_Window":
         util = [u for u in (self.gpu_utilization, other.gpu_utilization) if u is not None]

@@ -505,6 +505,14 @@ class Recipe:
 
         return grad_scaler(device_kind(device_type), self.config.amp_dtype)
 
+    def meter(self, model: "torch.nn.Module | None" = None, **kwargs: Any) -> Any:
+        """A `recipe.meter.RunMeter` for your training loop: what the run reaches against what
+        this recipe recorded, and when short, why. `model`: what apply_to_model returned."""
+        from autotune.recipe.meter import RunMeter
+
+        self._require(registry.TRAIN, "meter")
+        return RunMeter(self, model, **kwargs)
+
     def apply_to_generation(
         self, model: "torch.nn.Module", *, device: "str | torch.device | None" = None, max_len: int | None = None
     ) -> Any:

@@ -12,20 +12,11 @@ from autotune.device import describe
 from autotune.errors import UsageError
 from autotune.measure import outcomes
 from autotune.recipe.recipe import Recipe, recipe_measured
+from autotune.recipe.run_verdict import CPU_TOLERANCE, GPU_TOLERANCE, default_tolerance  # noqa: F401 - verify's names
 from autotune.trial.runner import run_trial
 from autotune.units import format_bytes
 
 DEFAULT_VERIFY_TIMEOUT_S = 1800.0
-
-
-# A GPU step is long and steady: a recipe should reproduce within a few percent. On a CPU,
-# fresh processes of the same configuration spread by 6-12% (coefficient of variation, 2-core
-# VM, benchmarks/fidelity.py), so 5% would fail a faithful recipe about half the time.
-GPU_TOLERANCE, CPU_TOLERANCE = 0.05, 0.15
-
-
-def default_tolerance(device: str) -> float:
-    return CPU_TOLERANCE if device.split(":", 1)[0] == "cpu" else GPU_TOLERANCE
 
 
 def model_to_verify(recipe: Recipe, model: str | None, *, allow_import: bool) -> str:

@@ -1,0 +1,199 @@
+"""The meter in a user's own loop (autotune/recipe/meter.py): gpt2-tiny steps on the CPU, each
+test planting one cause of a short run and reading the verdict name it, one run that matches
+its recipe, and on a strict fake of CUDA, no synchronize per step."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from autotune.config import TrainConfig
+from autotune.model.load import build_model
+from autotune.recipe import Recipe
+from autotune.recipe.meter import RunMeter
+from autotune.recipe.recipe import RECIPE_FIGURES
+
+STEPS = 10  # two of warm-up, eight measured: ~0.5 s of gpt2-tiny on this CPU
+PACKED = TrainConfig(token_budget=256, batching="packed")
+
+
+def documents(count: int = 120, low: int = 100, high: int = 130, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, int(n)).tolist() for n in rng.integers(low, high, count)]
+
+
+def recipe_of(config: TrainConfig = PACKED, measured: dict | None = None) -> Recipe:
+    return Recipe(config=config, model={"name": "gpt2-tiny"}, measured=measured or {}, hardware={"kind": "cpu"})
+
+
+def train(
+    recipe: Recipe,
+    model: torch.nn.Module,
+    batches,
+    *,
+    steps: int = STEPS,
+    autocast: bool = True,
+    during_step=lambda: None,
+) -> RunMeter:
+    """A user's loop: forward under the recipe's autocast, backward, AdamW; the meter around
+    the batches, as the README's loop has it."""
+    torch.manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    meter = recipe.meter(model)
+    for batch in meter.batches(itertools.islice(batches, steps)):
+        with recipe.autocast("cpu") if autocast else contextlib.nullcontext():
+            output = model(**batch)
+        getattr(output, "loss", output).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        during_step()
+    meter.close()
+    return meter
+
+
+def recorded_by(meter: RunMeter, config: TrainConfig = PACKED) -> Recipe:
+    """A recipe whose record is a clean run of this loop: the figures it records, by their names."""
+    report = meter.report()
+    return recipe_of(config, {k: report[k] for k in RECIPE_FIGURES if k in report})
+
+
+def clean_run(config: TrainConfig = PACKED) -> RunMeter:
+    model = build_model("gpt2-tiny")
+    recipe = recipe_of(config)
+    return train(recipe, model, iter(recipe.dataloader(documents(), for_model=model)))
+
+
+@pytest.mark.slow
+def test_a_run_like_the_recipes_matches():
+    recipe = recorded_by(clean_run())
+    model = build_model("gpt2-tiny")
+    meter = train(recipe, model, iter(recipe.dataloader(documents(seed=1), for_model=model)))
+    report = meter.report()
+    assert report["steps"] == STEPS - 2 and report["warmup_steps"] == 2
+    assert report["padding_fraction"] == 0.0 and report["peak_memory_source"] == "rss"
+    assert report["verdict"]["status"] == "matches", report["verdict"]["line"]
+    assert meter.verdict().startswith("matches:")
+
+
+class SlowCollate:
+    """The collate of a loader that cannot keep up: 60 ms a batch, longer than gpt2-tiny's step."""
+
+    def __init__(self, collate) -> None:
+        self.collate = collate
+
+    def __call__(self, items):
+        time.sleep(0.06)
+        return self.collate(items)
+
+
+@pytest.mark.slow
+def test_a_slow_collator_is_named():
+    recipe = recorded_by(clean_run())
+    model = build_model("gpt2-tiny")
+    loader = recipe.dataloader(documents(seed=1), for_model=model)
+    loader.collate_fn = SlowCollate(loader.collate_fn)
+    meter = train(recipe, model, iter(loader))
+    verdict = meter.judged()
+    assert verdict.status == "short", verdict.line
+    assert "waited for data" in verdict.line
+    assert meter.figures().data_wait_fraction > 0.3
+
+
+@pytest.mark.slow
+def test_padded_batches_where_the_recipe_packs_are_named():
+    recipe = recorded_by(clean_run())
+    model = build_model("gpt2-tiny")
+    # The user's own loader: short documents, each padded to the full context.
+    padded = recipe_of(TrainConfig(token_budget=256, batching="fixed"))
+    loader = padded.dataloader(documents(low=20, high=60, seed=1), for_model=model)
+    meter = train(recipe, model, iter(loader))
+    assert meter.figures().padding_fraction > 0.4
+    assert "padding grew" in meter.verdict()
+
+
+@pytest.mark.slow
+def test_a_knob_left_out_of_the_model_is_named():
+    """The recipe checkpoints block 0 under bfloat16 autocast; the loop applies neither."""
+    config = TrainConfig(token_budget=256, batching="packed", amp_dtype="bfloat16", checkpoint_layers=(0,))
+    recipe = recorded_by(clean_run(), config)
+    model = build_model("gpt2-tiny")
+    meter = train(recipe, model, iter(recipe.dataloader(documents(seed=1), for_model=model)), autocast=False)
+    line = meter.verdict()
+    assert "blocks [0] are not checkpointed" in line, line
+    assert "the forward ran under float32, the recipe's is bfloat16" in line
+
+
+@pytest.mark.slow
+def test_the_knobs_applied_are_not_named():
+    """The same recipe, applied (apply_to_model, autocast): nothing is said of its knobs."""
+    config = TrainConfig(token_budget=256, batching="packed", amp_dtype="bfloat16", checkpoint_layers=(0,))
+    recipe = recipe_of(config)
+    model = recipe.apply_to_model(build_model("gpt2-tiny"))
+    meter = train(recipe, model, iter(recipe.dataloader(documents(), for_model=model)), steps=3)
+    assert meter.figures().autocast_seen == ["bfloat16"]
+    assert meter.figures().knobs_not_in_effect == []
+
+
+@pytest.mark.slow
+def test_memory_above_the_recipes_is_named():
+    recipe = recorded_by(clean_run())
+    model = build_model("gpt2-tiny")
+    held = []  # the loop keeps 256 MiB more than the recipe's run did
+    meter = train(
+        recipe,
+        model,
+        iter(recipe.dataloader(documents(seed=1), for_model=model)),
+        during_step=lambda: held.append(torch.ones(64 << 20)) if not held else None,
+    )
+    assert "above the recipe's" in meter.verdict(), meter.verdict()
+
+
+def widths(*shapes: tuple[int, int]):
+    """Batches of full rows of these (rows, width) shapes, in order."""
+    generator = torch.Generator().manual_seed(0)
+    for rows, width in shapes:
+        ids = torch.randint(0, 256, (rows, width), generator=generator)
+        yield {"input_ids": ids, "labels": ids}
+
+
+@pytest.mark.slow
+def test_a_recompile_during_the_run_is_named():
+    """A compiled model (dynamo with its eager backend: the compile events without inductor's
+    minutes on this CPU) given a new width after warm-up compiles again."""
+    recipe = recipe_of(TrainConfig(token_budget=256, batching="packed", compile_mode="default"))
+    model = torch.compile(build_model("gpt2-tiny"), backend="eager", dynamic=False)
+    meter = train(recipe, model, widths(*[(2, 64)] * 4, *[(2, 32)] * 3), steps=7)
+    figures = meter.figures()
+    assert figures.steps >= 3 and figures.recompiles_during_run >= 1  # warm-up ends on a step with no compile
+    assert figures.knobs_not_in_effect == []  # compiled whole: the recipe's compile is in effect
+    assert "compiled" in meter.verdict() and "after warm-up" in meter.verdict()
+
+
+@pytest.mark.cuda_fakes
+def test_on_cuda_no_step_synchronizes(monkeypatch):
+    """On a strict fake of CUDA: each step's end is an event, and the device is synchronized by
+    no step, only when a report is asked for (the last event's wait)."""
+    from tests.cuda_fakes import fake_gpu_machine
+
+    recipe = recipe_of(measured={"tokens_per_sec": 1.0})
+    with fake_gpu_machine(monkeypatch) as cuda:
+        model = build_model("gpt2-tiny").to("cuda:0")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+        meter = recipe.meter(model, device="cuda:0")
+        syncs = dict(cuda.sync_epoch)
+        for batch in meter.batches(widths(*[(2, 32)] * 5)):
+            batch = {k: v.to("cuda:0") for k, v in batch.items()}
+            model(**batch).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        assert cuda.sync_epoch == syncs  # five steps, no synchronize
+        assert len(cuda.event_devices) == 4 and set(cuda.event_devices) == {0}  # the window's marks
+        figures = meter.figures()
+        meter.close()
+    assert figures.steps == 3 and figures.tokens_per_sec > 0
+    assert figures.device["kind"] == "cuda"
