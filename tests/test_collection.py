@@ -74,6 +74,7 @@ TORCH_MODULES = frozenset(
         "tests/recipe/test_generation_recipe.py",
         "tests/recipe/test_hf_dataloader.py",
         "tests/recipe/test_integrations.py",
+        "tests/recipe/test_meter_integrations.py",
         "tests/recipe/test_meter.py",
         "tests/recipe/test_packed_epoch.py",
         "tests/recipe/test_profile.py",

@@ -12,6 +12,7 @@ import math
 import shlex
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from autotune import registry
@@ -199,3 +200,17 @@ def knob_notes(hook: str, library: str, view: View) -> list[str]:
                 "argument for: recipe.apply_to_model(model) applies it."
             )
     return lines
+
+
+METER_FILE = "autotune_meter.json"  # a callback's report, written beside the run's output
+
+
+def finish_meter(meter: Any, directory: str | None, log: logging.Logger) -> Path | None:
+    """At a run's end: its verdict logged in one line (a warning unless the run matches its
+    recipe), the report written to `directory`/METER_FILE (None: not written), the meter closed."""
+    try:
+        verdict = meter.judged()
+        (log.info if verdict.status == "matches" else log.warning)("autotune: %s", verdict.line)
+        return meter.save(Path(directory) / METER_FILE) if directory is not None else None
+    finally:
+        meter.close()

@@ -32,6 +32,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
@@ -49,6 +51,8 @@ from autotune.integrations.common import (
     sequences_per_step,
 )
 from autotune.recipe.recipe import Recipe
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -250,3 +254,49 @@ def data_collator(model: Any = None, *, seq_len: int | None = None) -> DataColla
     if not length:
         raise UsageError("data_collator: give the model (its context is the longest sequence) or seq_len=")
     return DataCollator(int(length))
+
+
+def RecipeCallback(recipe: Recipe, *, output_dir: str | None = None) -> Any:  # noqa: N802 - reads as the class it makes
+    """A `transformers.TrainerCallback` that meters the Trainer's run against `recipe`
+    (`recipe.meter.RunMeter`): `Trainer(..., callbacks=[hf.RecipeCallback(recipe)])`. At the end
+    of training it logs the one-line verdict and writes the report to autotune_meter.json in
+    the run's output_dir (or `output_dir`), from the main process. The class is made on the first
+    call, so importing this module does not import transformers."""
+    return _callback_class()(recipe, output_dir)
+
+
+@functools.cache
+def _callback_class() -> type:
+    from transformers import TrainerCallback
+
+    from autotune.integrations.common import finish_meter
+    from autotune.recipe.meter import RunMeter
+
+    class RecipeCallback(TrainerCallback):
+        """Trainer's hooks to the meter: train begin makes it over the model (each forward's
+        labels counted: the step hooks are not handed the batch), step begin is the batch in
+        hand (Trainer fetched it just before), step end is the step's end (after the optimizer's)."""
+
+        def __init__(self, recipe: Recipe, output_dir: str | None) -> None:
+            self.recipe, self.output_dir = recipe, output_dir
+            self.meter: RunMeter | None = None
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            self.meter = RunMeter(self.recipe, model)
+            if model is not None:
+                self.meter.count_forwards(model)
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if self.meter is not None:
+                self.meter.begin()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.meter is not None:
+                self.meter.step()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.meter is not None:
+                where = (self.output_dir or args.output_dir) if state.is_world_process_zero else None
+                finish_meter(self.meter, where, log)
+
+    return RecipeCallback

@@ -25,8 +25,10 @@ write it as {"class_path", "init_args"}, LightningCLI's form.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import logging
 from typing import Any
 
 from autotune.errors import AutotuneError, UsageError
@@ -42,6 +44,8 @@ from autotune.integrations.common import (
     sequences_per_step,
 )
 from autotune.recipe.recipe import Recipe
+
+log = logging.getLogger(__name__)
 
 
 def lightning_version() -> str | None:
@@ -180,3 +184,53 @@ def notes(recipe: Recipe) -> list[str]:
             "LightningModule.configure_model, which does exactly that."
         )
     return lines + knob_notes("lightning_note", "Lightning", View(recipe))
+
+
+def RecipeCallback(recipe: Recipe, *, output_dir: str | None = None) -> Any:  # noqa: N802 - reads as the class it makes
+    """A Lightning `Callback` that meters the run against `recipe` (`recipe.meter.RunMeter`):
+    `lightning.Trainer(..., callbacks=[autotune_lightning.RecipeCallback(recipe)])`. At the end of
+    training it logs the one-line verdict and writes the report to autotune_meter.json in the
+    trainer's log_dir (else its default_root_dir, or `output_dir`), from global rank zero. The
+    class is made on the first call, so importing this module does not import Lightning."""
+    return _callback_class()(recipe, output_dir)
+
+
+@functools.cache
+def _callback_class() -> type:
+    try:
+        from lightning.pytorch import Callback
+    except ImportError:
+        from pytorch_lightning import Callback  # type: ignore[no-redef]
+
+    from autotune.integrations.common import finish_meter
+    from autotune.recipe.meter import RunMeter
+
+    class RecipeCallback(Callback):
+        """Lightning's hooks to the meter: train start makes it over the module's model (after
+        configure_model applied the recipe), batch start is the batch in hand, batch end the
+        step's end, with the batch."""
+
+        def __init__(self, recipe: Recipe, output_dir: str | None) -> None:
+            self.recipe, self.output_dir = recipe, output_dir
+            self.meter: RunMeter | None = None
+
+        def on_train_start(self, trainer, pl_module):
+            import torch
+
+            inner = getattr(pl_module, "model", None)  # the model the recipe was applied to, when it is held there
+            self.meter = RunMeter(self.recipe, inner if isinstance(inner, torch.nn.Module) else pl_module)
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if self.meter is not None:
+                self.meter.begin()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if self.meter is not None:
+                self.meter.step(batch)
+
+        def on_train_end(self, trainer, pl_module):
+            if self.meter is not None:
+                where = self.output_dir or trainer.log_dir or trainer.default_root_dir
+                finish_meter(self.meter, where if trainer.is_global_zero else None, log)
+
+    return RecipeCallback

@@ -298,9 +298,7 @@ class RunMeter:
 
     def save(self, path: str | Path) -> Path:
         """The report as a JSON file (`autotune verify --from` reads it)."""
-        path = Path(path)
-        write_text_atomic(path, json.dumps(self.report(), indent=2) + "\n")
-        return path
+        return write_text_atomic(path, json.dumps(self.report(), indent=2) + "\n", what="meter report")
 
     def close(self) -> None:
         """Stop watching: the compile-event callback and the model's hooks are removed."""

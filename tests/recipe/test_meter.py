@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import time
 
 import numpy as np
@@ -69,7 +70,7 @@ def clean_run(config: TrainConfig = PACKED) -> RunMeter:
 
 
 @pytest.mark.slow
-def test_a_run_like_the_recipes_matches():
+def test_a_run_like_the_recipes_matches(tmp_path):
     recipe = recorded_by(clean_run())
     model = build_model("gpt2-tiny")
     meter = train(recipe, model, iter(recipe.dataloader(documents(seed=1), for_model=model)))
@@ -78,6 +79,8 @@ def test_a_run_like_the_recipes_matches():
     assert report["padding_fraction"] == 0.0 and report["peak_memory_source"] == "rss"
     assert report["verdict"]["status"] == "matches", report["verdict"]["line"]
     assert meter.verdict().startswith("matches:")
+    saved = json.loads(meter.save(tmp_path / "run.json").read_text(encoding="utf-8"))
+    assert saved["format"] == "autotune.meter" and saved["verdict"]["status"] == "matches"
 
 
 class SlowCollate:
