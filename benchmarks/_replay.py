@@ -44,6 +44,7 @@ from optuna.trial import TrialState
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
 from autotune.measure import outcomes
+from autotune.search.planner import REMEASURE
 from autotune.space.definition import SearchSpace
 from autotune.space.file import parse_space
 from autotune.space.sampling import suggest
@@ -314,7 +315,8 @@ def _tell(
             trial.set_user_attr("reason", reason)
         study.tell(trial, state=TrialState.PRUNED)
         return Step(number, key, rec, "pruned", 0.0, False, False)
-    reused = key in done
+    again = _measured_again(study, trial)
+    reused = key in done and not again
     if reused:  # a re-proposal costs no process: its original's figures are copied, as the tuner does
         trial.set_user_attr("duplicate_of", done[key])
     if not reused and strategy.skip is not None and (predicted := strategy.skip(history, cfg)) is not None:
@@ -338,7 +340,8 @@ def _tell(
         trial.set_user_attr("measurement", figures)
     if measured(rec):
         fits = rec["peak_memory_bytes"] <= limit
-        seen = rec["tokens_per_sec"] * _measurement_error(history, key)
+        # A fresh measurement of a configuration whose reading was a bad one draws its own error.
+        seen = rec["tokens_per_sec"] * _measurement_error(history, key, run=AGAIN_RUN if again else 0)
         trial.set_user_attr("outcome", outcomes.OK if fits else outcomes.OVER_MEMORY_LIMIT)
         trial.set_user_attr("tokens_per_sec", seen)
         if strategy.constraints:
@@ -357,6 +360,17 @@ def _tell(
     state = TrialState.PRUNED if rec["outcome"] == outcomes.DIVERGED else TrialState.FAIL
     study.tell(trial, state=state)  # not reused by the tuner: a re-proposal runs again
     return Step(number, key, rec, "run", trial_cost(rec), False, False)
+
+
+AGAIN_RUN = 1000  # the run number of a re-measurement the planner asked for (apart from confirm's runs)
+
+
+def _measured_again(study: optuna.Study, trial: optuna.Trial) -> bool:
+    """Whether the tuner's planner proposed this trial to measure a bad reading again
+    (`search.planner.REMEASURE`): the tuner's objective runs it, never reuses the reading."""
+    proposal_for = getattr(study.sampler, "proposal_for", None)
+    proposal = proposal_for(trial.number) if proposal_for is not None else None
+    return proposal is not None and proposal.stage == REMEASURE
 
 
 def _measurement_error(history: History, key: str, run: int = 0) -> float:

@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 from autotune.errors import DiskFull, UsageError
 from autotune.measure import outcomes
 from autotune.search.memory_model import memory_context, skip_prediction
+from autotune.search.planner import REMEASURE
 from autotune.search.sampler import PlannerSampler
 from autotune.search.task import Task
 from autotune.study import record
@@ -80,6 +81,7 @@ class Objective:
         self.trial_env = trial_env
         self.memory_model = memory_model and task.predicts_memory
         self.prune_below: float | None = None  # this trial's: the planner's best less a margin
+        self.measure_again = False  # this trial's: proposed because its configuration's reading was a bad one
         # The running trial as it will be stored once measured, kept in memory for a study that
         # cannot be written (search.salvage); None until a figure is measured.
         self.measured: record.TrialRecord | None = None
@@ -100,7 +102,7 @@ class Objective:
 
     def _trial(self, trial: optuna.Trial) -> float:
         reference = trial.user_attrs.get(REFERENCE_ATTR)
-        self.prune_below = None
+        self.prune_below, self.measure_again = None, False
         try:
             cfg = self.task.configure(trial, reference)
         except UsageError as exc:  # drawn knobs the registry's own rules refuse together: no configuration
@@ -119,7 +121,7 @@ class Objective:
             return self._record(trial, TrialResult(outcomes.UNSUPPORTED, refusal))
         if self.memory_model and not reference and self._predicted_over_limit(trial, cfg):
             return 0.0
-        result = self._reuse(trial, cfg) or self._run(trial, cfg)
+        result = (None if self.measure_again else self._reuse(trial, cfg)) or self._run(trial, cfg)
         return self._record(trial, result)
 
     def _predicted_over_limit(self, trial: optuna.Trial, cfg: Any) -> bool:
@@ -152,6 +154,7 @@ class Objective:
         trial.set_user_attr(record.PROPOSED_BY, proposal.stage.replace(" ", "_"))
         trial.set_user_attr(record.PLAN, proposal.to_attrs())
         self.prune_below = proposal.prune_below
+        self.measure_again = proposal.stage == REMEASURE  # its earlier reading was a bad one: not reused
 
     def _reuse(self, trial: optuna.Trial, cfg: Any) -> TrialResult | None:
         """TPE re-proposes configurations it has seen; a deterministic outcome is not re-run."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -79,6 +80,7 @@ AGAIN = (outcomes.PREDICTED_OVER_LIMIT, outcomes.KILLED, outcomes.INTERRUPTED)
 
 # Stages, as the summary counts them: what a proposal changes against the best so far.
 EXPERT, KERNELS, BUDGET, DATA_LOADER = "expert prior", "kernels", "budget and memory", "data loader"
+REMEASURE = "measured again"  # a configuration whose one reading was a bad one (SelfCheck.outliers)
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,8 @@ class Planner:
         seen = self.observe(records, running)
         self._follow_the_best(seen)
         mean, sd, p_fit = self.fit(records, seen)
-        open_ = np.array([k not in seen.done for k in self.keys])
+        again = self._again(seen)
+        open_ = self._open(seen, again)
         if not open_.any():
             return Stop(f"every configuration of the space was tried ({len(self.keys)})")
         fits = open_ & self._eligible(mean, sd, p_fit, seen)
@@ -379,7 +382,22 @@ class Planner:
                 f"{p_fit[i]:.0%} likely to fit, was predicted over it: raise the limit, or give the space smaller "
                 "budgets, checkpointing or the chunked loss"
             )
-        return self._proposal(i, seen, mean, sd, p_fit, seconds, gain)
+        return self._proposal(i, seen, mean, sd, p_fit, seconds, gain, again.get(self.keys[i]))
+
+    def _again(self, seen: Observed) -> dict[str, Any]:
+        """Configurations whose one reading the last fit judged a bad one (far below what every
+        other trial predicts of it), each with that reading: open to a proposal again, once. The
+        reading counts with a wide noise, so the model says what the configuration is likely
+        worth; if that could beat the best, only a fresh measurement tells (a bad reading of the
+        best would otherwise lose it for good)."""
+        if self.check is None or not self.check.outliers:
+            return {}
+        readings = Counter(config_key(r.config) for r in seen.measured)
+        bad = (seen.measured[i] for i in self.check.outliers if i < len(seen.measured))
+        return {config_key(r.config): r for r in bad if readings[config_key(r.config)] == 1}
+
+    def _open(self, seen: Observed, again: Mapping[str, Any]) -> np.ndarray:
+        return np.array([k not in seen.done or k in again for k in self.keys])
 
     def stop_reason(self, records: Sequence[Any], running: Sequence[Mapping[str, Any]] = ()) -> str | None:
         """Why to stop now, or None to go on."""
@@ -389,7 +407,7 @@ class Planner:
         mean, sd, p_fit = self.fit(records, seen)
         if not self.check.trusted:  # it mispredicts its own trials: its "nothing left" means nothing
             return None
-        open_ = np.array([k not in seen.done for k in self.keys]) & self._eligible(mean, sd, p_fit, seen)
+        open_ = self._open(seen, self._again(seen)) & self._eligible(mean, sd, p_fit, seen)
         if not open_.any():
             return f"every configuration likely to fit was tried; {self.check.text()}"
         gain = expected_improvement(mean, sd, math.log(seen.best.tokens_per_sec)) * p_fit
@@ -427,12 +445,18 @@ class Planner:
         compile_s = self.compile_s * np.where(warm, priors.WARM_COMPILE, 1.0)
         return scale * (priors.PROCESS_S[kind] + priors.TIMED_S[kind] + compile_s)
 
-    def _proposal(self, i, seen, mean, sd, p_fit, seconds, gain) -> Proposal:
+    def _proposal(self, i, seen, mean, sd, p_fit, seconds, gain, bad_reading=None) -> Proposal:
         config = self.configs[i]
         stage = EXPERT if seen.best is None and not seen.measured else self._stage(config, seen)
         peak = self.memory.predict(config)
         tps = math.exp(mean[i])
-        if gain is None:
+        if bad_reading is not None:
+            stage = REMEASURE
+            reason = (
+                f"#{bad_reading.number} read {bad_reading.tokens_per_sec:,.0f} tok/s, far below what the other trials "
+                f"predict of it ({tps:,.0f} +- {100 * sd[i]:.0f} %): measured again"
+            )
+        elif gain is None:
             reason = f"the priors' best guess likely to fit ({p_fit[i]:.0%}): {tps:,.0f} tok/s expected"
         else:
             reason = (

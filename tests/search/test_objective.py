@@ -4,6 +4,7 @@ process), a repeated configuration reused, an unsupported one pruned before any 
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import optuna
 import pytest
@@ -14,6 +15,7 @@ import autotune.search.training
 from autotune.config import TrainConfig
 from autotune.measure.measurement import Measurement
 from autotune.search.preflight import preflight
+from autotune.study.record import read_trials
 from autotune.trial.runner import TrialResult
 from tests.helpers import (
     SPACES,
@@ -134,3 +136,34 @@ def test_a_combination_the_knobs_refuse_is_pruned_with_its_reason(workdir, tmp_p
     assert trial.state == TrialState.PRUNED and trial.user_attrs["outcome"] == "unsupported"
     assert "reduce-overhead replays CUDA graphs" in trial.user_attrs["reason"]
     assert "trial_pid" not in trial.user_attrs
+
+
+def test_a_configuration_proposed_to_be_measured_again_is_measured_not_reused(workdir, monkeypatch):
+    """The planner proposes a configuration again when its one reading was a bad one: reusing
+    that reading would record it twice, teach nothing, and the planner would ask again."""
+    from autotune.search.objective import Objective
+    from autotune.search.planner import EXPERT, REMEASURE, Proposal
+
+    calls = []
+
+    def fake_run_trial(spec, cfg, **kwargs):
+        calls.append(cfg)
+        return TrialResult("ok", None, MEASUREMENT)
+
+    class Proposing(optuna.samplers.RandomSampler):  # the planner's stage for each trial, nothing else of it
+        records = SimpleNamespace(read=read_trials)  # what the objective reads the study's trials through
+
+        def proposal_for(self, number: int) -> Proposal:
+            stage = (EXPERT, REMEASURE)[number]
+            return Proposal(dict(TINY_PARAMS), {}, stage, "why", 1000.0, 1.0, 1, 1.0, None)
+
+    monkeypatch.setattr("autotune.search.training.run_trial", fake_run_trial)
+    monkeypatch.setattr(autotune.search.objective, "PlannerSampler", Proposing)
+    ctx = preflight(search_settings(memory_limit_bytes=1000)).task
+    study = optuna.create_study(direction="maximize", sampler=Proposing(seed=0))
+    for params in (TINY_PARAMS, TINY_PARAMS):
+        study.enqueue_trial(params)
+    study.optimize(Objective(ctx), n_trials=2)
+    first, again = study.trials
+    assert len(calls) == 2 and "duplicate_of" not in again.user_attrs
+    assert again.user_attrs["proposed_by"] == "measured_again"
