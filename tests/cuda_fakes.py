@@ -894,14 +894,17 @@ def install(machine: FakeMachine, setattr_: Callable[..., None]) -> FakeCuda:
 
 def child_env(machine: FakeMachine, tmp_path: Path, **extra: str) -> dict[str, str]:
     """An environment in which every Python process (a trial, a --devices worker) starts
-    with this machine's fakes installed and `CudaOnCpu` active."""
+    with this machine's fakes installed and `CudaOnCpu` active; all but multiprocessing's
+    resource tracker, which only unlinks semaphores and shared memory: a fork server's tuner
+    starts one, and installing the fakes there imports torch (seconds of CPU) for nothing."""
     site = tmp_path / "fake_gpu_site"
     site.mkdir(exist_ok=True)
     lines = [
         "import sys",
-        f"sys.path.insert(0, {str(ROOT)!r})",
-        "from tests.cuda_fakes import install_from_env",
-        "install_from_env()",
+        "if not any('multiprocessing.resource_tracker' in arg for arg in sys.orig_argv):",
+        f"    sys.path.insert(0, {str(ROOT)!r})",
+        "    from tests.cuda_fakes import install_from_env",
+        "    install_from_env()",
     ]
     (site / "sitecustomize.py").write_text("\n".join(lines) + "\n")
     path = os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
