@@ -65,7 +65,8 @@ def test_a_trial_runs_its_steps_on_the_threads(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = RunSpec(model="tests.fault_models:threads_reporter", warmup=1, steps=2, min_time_s=0)
     for threads in (1, 2):
-        result = run_trial(spec, TrainConfig(token_budget=1024, cpu_threads=threads), timeout_s=120)
+        cfg = TrainConfig(token_budget=1024, batching="fixed", cpu_threads=threads)  # one shape to warm up
+        result = run_trial(spec, cfg, timeout_s=120)
         assert result.outcome == "ok", result.reason
         assert set(record.read_text().split()) == {str(threads)}
         record.unlink()
