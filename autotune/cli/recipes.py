@@ -151,6 +151,14 @@ def export(recipe_file, study, storage, output, fmt) -> None:
     "report throughput and peak memory per window; FAIL when memory is above the limit less the recipe's "
     "headroom, or still grows in the second half at a rate that would reach it within 10x the run.",
 )
+@click.option(
+    "--from",
+    "run_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Judge RUN.json, a report of your own training run (recipe.meter, autotune_meter.json), against the "
+    "recipe instead of measuring here; the tolerance's default is that of the device the run was metered on.",
+)
 @settings_options(SearchSettings, "model", model=RECIPES_MODEL)
 @allow_model_import_option
 @json_option
@@ -158,6 +166,7 @@ def export(recipe_file, study, storage, output, fmt) -> None:
 def verify(
     ctx,
     recipe_path,
+    run_file,
     device,
     tolerance,
     steps,
@@ -176,6 +185,8 @@ def verify(
     from autotune.present.summaries import format_verify
     from autotune.recipe.verify import default_tolerance, verify_recipe
 
+    if run_file is not None:
+        _verify_run_file(ctx, recipe_path, run_file, tolerance, soak, as_json)
     device = _resolve(device)
     if soak and load_recipe(recipe_path, device).task != "train":
         raise UsageError("--soak runs a training recipe for an epoch; a generation recipe is verified without it")
@@ -215,6 +226,36 @@ def verify(
     else:
         say(format_verify(result, recipe_path))
     sys.exit(0 if result["passed"] else 1)
+
+
+def _verify_run_file(ctx, recipe_path: str, run_file: str, tolerance: float | None, soak: bool, as_json: bool) -> None:
+    """`verify --from RUN.json`: nothing runs; the report is judged and verify's table printed."""
+    from autotune.config import JsonProblem, load_json
+    from autotune.present.summaries import format_verify
+    from autotune.recipe.verify import verify_run_file
+
+    measuring = [name for name in ("steps", "warmup", "min_time_s", "data", "model") if _given(ctx, name)]
+    if soak or measuring:
+        raise UsageError(f"--from judges a run already made: --{(['soak'] if soak else measuring)[0]} measures one")
+    from autotune.recipe import Recipe
+
+    recipe = Recipe.load(recipe_path, check_environment=False)  # the run, not this machine, was metered
+    if recipe.task != "train":
+        raise UsageError("--from judges a training run: this is a generation recipe")
+    try:
+        run = load_json(Path(run_file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, JsonProblem, ValueError) as exc:
+        raise UsageError(f"--from {printable(run_file)}: {printable(str(exc))[:200]}") from None
+    result = verify_run_file(recipe, run, tolerance=tolerance)
+    if as_json:
+        emit_json(result)
+    else:
+        say(format_verify(result, recipe_path) + f"\nthe meter: {printable(result['verdict'])}")
+    sys.exit(0 if result["passed"] else 1)
+
+
+def _given(ctx, name: str) -> bool:
+    return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)

@@ -11,7 +11,7 @@ from autotune.config import DEFAULT_AGREE_TOKENS, GenerateSpec, RunSpec, check_r
 from autotune.device import describe
 from autotune.errors import UsageError
 from autotune.measure import outcomes
-from autotune.recipe.recipe import Recipe, recipe_measured
+from autotune.recipe.recipe import RECIPE_FIGURES, Recipe, recipe_measured
 from autotune.recipe.run_verdict import CPU_TOLERANCE, GPU_TOLERANCE, default_tolerance  # noqa: F401 - verify's names
 from autotune.trial.runner import run_trial
 from autotune.units import format_bytes
@@ -271,3 +271,63 @@ def _judged(trial: Any, recorded: dict[str, Any], recorded_tps: float, limit: in
         "outcome": trial.outcome,
         "reason": "; ".join(reasons) or None,
     }
+
+
+def verify_run_file(recipe: Recipe, run: dict[str, Any], *, tolerance: float | None = None) -> dict[str, Any]:
+    """A meter's report of the user's own run (`recipe.meter`, `RunMeter.save`) judged against
+    the recipe as a re-measurement is (`_judged`'s fields and rules: tokens/s within the
+    tolerance, peak within the limit, no recompile while measured), the meter's own verdict
+    beside it. Tolerance: the default of the device the run was metered on."""
+    from autotune.recipe.run_verdict import judge
+
+    check_run_file(run)
+    recorded = dict(recipe.measured)
+    recorded_tps = _recorded_rate(recorded)
+    kind = run.get("device", {}).get("kind") or "cpu"
+    tol = tolerance if tolerance is not None else default_tolerance(kind)
+    limit = recorded.get("memory_limit_bytes")
+    limit = limit if isinstance(limit, int) else None
+    measured = {k: run.get(k) for k in RECIPE_FIGURES}
+    tps, peak, recorded_peak = (
+        measured["tokens_per_sec"],
+        measured["peak_memory_bytes"],
+        recorded.get("peak_memory_bytes"),
+    )
+    outcome = outcomes.RECOMPILED if run.get("recompiles_during_run") else outcomes.OK
+    reasons = outcomes.reproduction_failures(
+        outcome=outcome,
+        reason="torch compiled after warm-up" if outcome == outcomes.RECOMPILED else None,
+        tokens_per_sec=tps,
+        recorded_tokens_per_sec=recorded_tps,
+        tolerance=tol,
+        peak_memory_bytes=peak,
+        memory_limit_bytes=limit,
+    )
+    verdict = judge(run, recorded, device_kind=kind)
+    return {
+        "recorded": recorded,
+        "measured": measured,
+        "ratio_tokens_per_sec": tps / recorded_tps if tps is not None else None,
+        "ratio_peak_memory": peak / recorded_peak if peak is not None and recorded_peak else None,
+        "tolerance": tol,
+        "passed": not reasons,
+        "outcome": str(outcome),
+        "reason": "; ".join(reasons + ([f"likely: {'; '.join(verdict.causes)}"] if reasons and verdict.causes else []))
+        or None,
+        "verdict": verdict.line,
+    }
+
+
+def check_run_file(run: Any) -> None:
+    """A meter report as `RunMeter.save` writes it: its format and version, and the figures the
+    judgement reads of the right types; else UsageError naming the first that is not."""
+    from autotune.recipe.meter import FORMAT, FORMAT_VERSION
+
+    if not isinstance(run, dict) or run.get("format") != FORMAT or run.get("version") != FORMAT_VERSION:
+        raise UsageError(f"--from: not a meter report ({FORMAT} version {FORMAT_VERSION}: what recipe.meter saves)")
+    for key in ("tokens_per_sec", "peak_memory_bytes", "data_wait_fraction", "padding_fraction"):
+        value = run.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise UsageError(f"--from: {key} must be a number >= 0 or null, got {str(value)[:40]!r}")
+    if not isinstance(run.get("device", {}), dict) or not isinstance(run.get("knobs_not_in_effect", []), list):
+        raise UsageError("--from: device must be an object and knobs_not_in_effect a list")

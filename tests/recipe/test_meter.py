@@ -200,3 +200,29 @@ def test_on_cuda_no_step_synchronizes(monkeypatch):
         meter.close()
     assert figures.steps == 3 and figures.tokens_per_sec > 0
     assert figures.device["kind"] == "cuda"
+
+
+def run_file(tmp_path, **figures) -> str:
+    """A meter report as RunMeter.save writes it, with these figures planted."""
+    report = {"format": "autotune.meter", "version": 1, "steps": 8, "warmup_steps": 2, "device": {"kind": "cpu"}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({**report, **figures}), encoding="utf-8")
+    return str(path)
+
+
+def test_verify_from_a_run_file_judges_it_as_a_re_measurement(tmp_path):
+    from tests.helpers import invoke
+
+    recorded = {"tokens_per_sec": 1000.0, "data_wait_fraction": 0.0, "peak_memory_bytes": 1 << 30}
+    recipe = str(recipe_of(measured=recorded).save(tmp_path / "r.json"))
+    held = invoke("verify", recipe, "--from", run_file(tmp_path, tokens_per_sec=950.0, peak_memory_bytes=1 << 30))
+    assert held.exit_code == 0, held.output
+    assert "PASS" in held.stdout and "the meter: matches" in held.stdout
+    slow = run_file(tmp_path, tokens_per_sec=400.0, data_wait_fraction=0.5, peak_memory_bytes=1 << 30)
+    failed = invoke("verify", recipe, "--from", slow, "--json")
+    assert failed.exit_code == 1
+    result = json.loads(failed.stdout)
+    assert result["passed"] is False and "below the 0.85x allowed" in result["reason"]
+    assert "waited for data 50%" in result["reason"] and result["verdict"].startswith("short:")
+    refused = invoke("verify", recipe, "--from", str(tmp_path / "r.json"))  # a recipe is no meter report
+    assert refused.exit_code == 2 and "not a meter report" in refused.output
