@@ -140,8 +140,9 @@ class RunMeter:
             raise UsageError(f"warmup_steps must be an integer >= 1, got {warmup_steps!r}")
         self.recipe, self.warmup_steps, self.block_path = recipe, warmup_steps, block_path
         self.model = unwrapped(model)
-        self.info = describe(measured_device(_device_name(device, self.model)))
-        self.session = session_for(measured_device(_device_name(device, self.model)), self.info, None)
+        where = measured_device(_device_name(device, self.model))
+        self.info = describe(where)
+        self.session = session_for(where, self.info, None)  # no memory limit: the meter caps nothing
         self._host = ProcessTreeMemory()
         self.memory = memory_meter(self.session, self._host)
         self.memory.restart()  # this run's peak, not the process's before it
