@@ -21,6 +21,7 @@ from tests.helpers import ROOT
 pytestmark = pytest.mark.process
 
 SPEC = RunSpec(model="gpt2-tiny", device="cpu", warmup=1, steps=2, min_time_s=0)
+CFG = TrainConfig(token_budget=1024, batching="fixed")  # one shape to warm up: where a trial starts is the subject
 
 
 def parents_of_trials(count: int) -> list[int]:
@@ -30,7 +31,7 @@ def parents_of_trials(count: int) -> list[int]:
         parents.append(read_stat(pid).ppid)
 
     for _ in range(count):
-        assert run_trial(SPEC, TrainConfig(token_budget=1024), timeout_s=120, on_start=on_start).outcome == "ok"
+        assert run_trial(SPEC, CFG, timeout_s=120, on_start=on_start).outcome == "ok"
     return parents
 
 
@@ -81,7 +82,7 @@ def test_a_temp_dir_too_deep_for_the_servers_socket_runs_trials_all_the_same(tmp
     code = (
         "import json; from autotune.config import RunSpec, TrainConfig; from autotune.trial.runner import run_trial;"
         "r = run_trial(RunSpec(model='gpt2-tiny', device='cpu', warmup=1, steps=2, min_time_s=0),"
-        " TrainConfig(token_budget=1024), timeout_s=120); print(json.dumps([r.outcome, r.reason]))"
+        " TrainConfig(token_budget=1024, batching='fixed'), timeout_s=120); print(json.dumps([r.outcome, r.reason]))"
     )
     env = {**os.environ, "TMPDIR": str(deep), "PYTHONPATH": str(ROOT)}
     env.pop("AUTOTUNE_TRIAL_START", None)
