@@ -42,7 +42,9 @@ def by_flag() -> dict[str, dict[str, dict]]:
     for name in COMMANDS:
         command = main.commands[name]
         for param in command.get_params(click.Context(command)):
-            if isinstance(param, click.Option):
+            # --help is click's, made per context (its flags cached on the command by whichever context
+            # asked first: an earlier test's invocation through the group), declared by no command.
+            if isinstance(param, click.Option) and "--help" not in param.opts:
                 for flag in param.opts + param.secondary_opts:
                     flags.setdefault(flag, {})[name] = described(param)
     return flags
