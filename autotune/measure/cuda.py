@@ -113,16 +113,27 @@ class CudaStepClock:
     def __init__(self, index: int) -> None:
         self.stream = torch.cuda.current_stream(index)
         self.marks: list[Any] = []
+        self.settled: list[float] = []  # durations of the marks already passed and released
 
     def mark(self) -> None:
         event = torch.cuda.Event(enable_timing=True)
         event.record(self.stream)
         self.marks.append(event)
 
+    def settle(self) -> None:
+        """The durations between marks the device has passed, kept as numbers and their events
+        released: a run of any length (the meter in a user's loop) holds the few events the
+        device has not reached, not one a step. Never waits: an event is asked, not synchronized."""
+        done = 0
+        while done + 1 < len(self.marks) and self.marks[done + 1].query():
+            self.settled.append(self.marks[done].elapsed_time(self.marks[done + 1]) / 1000.0)
+            done += 1
+        del self.marks[:done]
+
     def durations(self) -> list[float]:
         if self.marks:
             self.marks[-1].synchronize()  # stream order: every earlier mark is complete too
-        return [a.elapsed_time(b) / 1000.0 for a, b in zip(self.marks, self.marks[1:])]
+        return self.settled + [a.elapsed_time(b) / 1000.0 for a, b in zip(self.marks, self.marks[1:])]
 
 
 class HostSession:
@@ -158,6 +169,9 @@ class HostStepClock:
 
     def mark(self) -> None:
         self.marks.append(time.perf_counter())
+
+    def settle(self) -> None:
+        pass  # a float a step: nothing to release
 
     def durations(self) -> list[float]:
         return [b - a for a, b in zip(self.marks, self.marks[1:])]

@@ -226,6 +226,7 @@ class RunMeter:
 
     def _measured_step(self, pending: _Counts) -> None:
         self.clock.mark()
+        self.clock.settle()  # a long run keeps a duration a step, not a CUDA event
         self.window.merge(pending)
         self.work_per_step.append(pending.work)
         if self._began is not None and self._ended is not None:

@@ -226,3 +226,33 @@ def test_verify_from_a_run_file_judges_it_as_a_re_measurement(tmp_path):
     assert "waited for data 50%" in result["reason"] and result["verdict"].startswith("short:")
     refused = invoke("verify", recipe, "--from", str(tmp_path / "r.json"))  # a recipe is no meter report
     assert refused.exit_code == 2 and "not a meter report" in refused.output
+
+
+@pytest.mark.slow
+@pytest.mark.cuda_fakes
+def test_a_long_run_on_cuda_holds_the_events_the_device_has_not_passed_only(monkeypatch):
+    """A meter left on for a whole training run: each step's end is a CUDA event, and the events
+    the device has passed (here: before the loop's own synchronize every 5 steps, as logging a
+    loss makes)
+    become numbers and are released, without the meter waiting on any. It held one per step."""
+    from tests.cuda_fakes import fake_gpu_machine
+
+    recipe = recipe_of(measured={"tokens_per_sec": 1.0})
+    with fake_gpu_machine(monkeypatch):
+        model = build_model("gpt2-tiny").to("cuda:0")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+        meter = recipe.meter(model, device="cuda:0")
+        held = []
+        for n, batch in enumerate(meter.batches(widths(*[(2, 32)] * 24))):
+            batch = {k: v.to("cuda:0") for k, v in batch.items()}
+            loss = model(**batch)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if n % 5 == 4:
+                torch.cuda.synchronize()  # the loop's own (the fake's tensors live on the host: .item() would not)
+            held.append(len(meter.clock.marks))
+        figures = meter.figures()
+        meter.close()
+    assert max(held) <= 7, held  # the steps since the last synchronize, not every step
+    assert figures.steps == 24 - figures.warmup_steps and figures.tokens_per_sec > 0
