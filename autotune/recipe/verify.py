@@ -248,13 +248,25 @@ def _judged(trial: Any, recorded: dict[str, Any], recorded_tps: float, limit: in
     """A re-measurement against the record: the figures side by side, and why it fails (if it does)."""
     m = trial.measurement
     measured = recipe_measured(m, limit, recorded.get("memory_headroom")) if m else {}
+    return _compared(trial.outcome, trial.reason, measured, recorded, recorded_tps, limit, tolerance)
+
+
+def _compared(
+    outcome: Any,
+    reason: str | None,
+    measured: dict[str, Any],
+    recorded: dict[str, Any],
+    recorded_tps: float,
+    limit: int | None,
+    tolerance: float,
+) -> dict:
+    """Measured figures (a re-measurement's, or a meter's of the user's run) beside the record's,
+    and why they do not reproduce it (`outcomes.reproduction_failures`), if they do not."""
     tps, peak = measured.get("tokens_per_sec"), measured.get("peak_memory_bytes")
     recorded_peak = recorded.get("peak_memory_bytes")
-    ratio_tps = tps / recorded_tps if tps is not None else None
-    ratio_peak = peak / recorded_peak if peak is not None and recorded_peak else None
     reasons = outcomes.reproduction_failures(
-        outcome=trial.outcome,
-        reason=trial.reason,
+        outcome=outcome,
+        reason=reason,
         tokens_per_sec=tps,
         recorded_tokens_per_sec=recorded_tps,
         tolerance=tolerance,
@@ -264,11 +276,11 @@ def _judged(trial: Any, recorded: dict[str, Any], recorded_tps: float, limit: in
     return {
         "recorded": recorded,
         "measured": measured,
-        "ratio_tokens_per_sec": ratio_tps,
-        "ratio_peak_memory": ratio_peak,
+        "ratio_tokens_per_sec": tps / recorded_tps if tps is not None else None,
+        "ratio_peak_memory": peak / recorded_peak if peak is not None and recorded_peak else None,
         "tolerance": tolerance,
         "passed": not reasons,
-        "outcome": trial.outcome,
+        "outcome": outcome,
         "reason": "; ".join(reasons) or None,
     }
 
@@ -288,34 +300,15 @@ def verify_run_file(recipe: Recipe, run: dict[str, Any], *, tolerance: float | N
     limit = recorded.get("memory_limit_bytes")
     limit = limit if isinstance(limit, int) else None
     measured = {k: run.get(k) for k in RECIPE_FIGURES}
-    tps, peak, recorded_peak = (
-        measured["tokens_per_sec"],
-        measured["peak_memory_bytes"],
-        recorded.get("peak_memory_bytes"),
-    )
-    outcome = outcomes.RECOMPILED if run.get("recompiles_during_run") else outcomes.OK
-    reasons = outcomes.reproduction_failures(
-        outcome=outcome,
-        reason="torch compiled after warm-up" if outcome == outcomes.RECOMPILED else None,
-        tokens_per_sec=tps,
-        recorded_tokens_per_sec=recorded_tps,
-        tolerance=tol,
-        peak_memory_bytes=peak,
-        memory_limit_bytes=limit,
+    recompiled = bool(run.get("recompiles_during_run"))
+    outcome = outcomes.RECOMPILED if recompiled else outcomes.OK
+    result = _compared(
+        outcome, "torch compiled after warm-up" if recompiled else None, measured, recorded, recorded_tps, limit, tol
     )
     verdict = judge(run, recorded, device_kind=kind)
-    return {
-        "recorded": recorded,
-        "measured": measured,
-        "ratio_tokens_per_sec": tps / recorded_tps if tps is not None else None,
-        "ratio_peak_memory": peak / recorded_peak if peak is not None and recorded_peak else None,
-        "tolerance": tol,
-        "passed": not reasons,
-        "outcome": str(outcome),
-        "reason": "; ".join(reasons + ([f"likely: {'; '.join(verdict.causes)}"] if reasons and verdict.causes else []))
-        or None,
-        "verdict": verdict.line,
-    }
+    if result["reason"] and verdict.causes:
+        result["reason"] += f"; likely: {'; '.join(verdict.causes)}"
+    return {**result, "outcome": str(outcome), "verdict": verdict.line}
 
 
 def check_run_file(run: Any) -> None:
