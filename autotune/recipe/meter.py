@@ -69,7 +69,8 @@ class _Counts:
     tokens: int = 0
     device_tokens: torch.Tensor | None = None
     positions: int = 0
-    widths: list[int] = field(default_factory=list)
+    width_sum: int = 0  # the forwards' widths, summed: their mean is MFU's width
+    forwards: int = 0
     work: float = 0.0
 
     def add(self, labels: torch.Tensor, work: float) -> None:
@@ -79,7 +80,8 @@ class _Counts:
         else:
             self.device_tokens = real if self.device_tokens is None else self.device_tokens + real
         self.positions += labels.numel()
-        self.widths.append(int(labels.shape[-1]))
+        self.width_sum += int(labels.shape[-1])
+        self.forwards += 1
         self.work += work
 
     def merge(self, other: "_Counts") -> None:
@@ -89,7 +91,8 @@ class _Counts:
                 other.device_tokens if self.device_tokens is None else self.device_tokens + other.device_tokens
             )
         self.positions += other.positions
-        self.widths += other.widths
+        self.width_sum += other.width_sum
+        self.forwards += other.forwards
         self.work += other.work
 
     def real_tokens(self) -> int:
@@ -225,8 +228,7 @@ class RunMeter:
             self.clock.mark()  # the window starts at the end of the last warm-up step
 
     def _measured_step(self, pending: _Counts) -> None:
-        self.clock.mark()
-        self.clock.settle()  # a long run keeps a duration a step, not a CUDA event
+        self.clock.mark()  # on CUDA an event, released once the device has passed it
         self.window.merge(pending)
         self.work_per_step.append(pending.work)
         if self._began is not None and self._ended is not None:
@@ -268,13 +270,13 @@ class RunMeter:
         return facts
 
     def _mfu(self, rate: float) -> float | None:
-        if self.shape is None or not self.window.widths:
+        if self.shape is None or not self.window.forwards:
             return None
         return model_flops_utilization(
             rate,
             n_params=self.n_params,
             shape=self.shape,
-            width=statistics.fmean(self.window.widths),
+            width=self.window.width_sum / self.window.forwards,
             device=self.info,
             amp_dtype=self.recipe.config.amp_dtype,
         )

@@ -200,6 +200,20 @@ def test_on_cuda_no_step_synchronizes(monkeypatch):
         meter.close()
     assert figures.steps == 3 and figures.tokens_per_sec > 0
     assert figures.device["kind"] == "cuda"
+    # MFU as the measuring loop computes it, at the forwards' mean width (32 here)
+    from autotune.device import DeviceInfo
+    from autotune.measure.flops import model_flops_utilization
+
+    assert figures.mfu is not None and figures.mfu == pytest.approx(
+        model_flops_utilization(
+            figures.tokens_per_sec,
+            n_params=meter.n_params,
+            shape=meter.shape,
+            width=32,
+            device=DeviceInfo.from_dict(figures.device),
+            amp_dtype=recipe.config.amp_dtype,
+        )
+    )
 
 
 def run_file(tmp_path, **figures) -> str:
