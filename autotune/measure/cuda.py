@@ -119,8 +119,9 @@ class CudaStepClock:
         event = torch.cuda.Event(enable_timing=True)
         event.record(self.stream)
         self.marks.append(event)
+        self._settle()
 
-    def settle(self) -> None:
+    def _settle(self) -> None:
         """The durations between marks the device has passed, kept as numbers and their events
         released: a run of any length (the meter in a user's loop) holds the few events the
         device has not reached, not one a step. Never waits: an event is asked, not synchronized."""
@@ -169,9 +170,6 @@ class HostStepClock:
 
     def mark(self) -> None:
         self.marks.append(time.perf_counter())
-
-    def settle(self) -> None:
-        pass  # a float a step: nothing to release
 
     def durations(self) -> list[float]:
         return [b - a for a, b in zip(self.marks, self.marks[1:])]
