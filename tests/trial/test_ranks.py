@@ -138,14 +138,22 @@ def test_too_many_workers_per_rank_are_refused_before_anything_starts():
     assert result.wall_s == 0.0  # nothing was started
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+def _port_free(port: int, seconds: float = 5.0) -> bool | str:
+    """Whether the store's port can be bound again: True, or what still holds it (`ss`). Polled:
+    a dead process's sockets are closed by the kernel after it is reaped, not with it."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            held = subprocess.run(["ss", "-tanp"], capture_output=True, text=True, check=False).stdout
+            return "\n".join(line for line in held.splitlines() if f":{port} " in line) or f"port {port} held"
+        time.sleep(0.1)
 
 
 def _alive(pid: int) -> bool:
@@ -199,7 +207,7 @@ def test_a_rank_that_raises_fails_the_trial_with_its_reason_and_leaves_nothing(t
     assert result.reason.startswith("rank 1 of 2: ") and "boom on rank 1" in result.reason
     noted = _ranks_noted(tmp_path)
     assert len(noted) == 2 and _gone(noted, 5), noted
-    assert _port_free(noted[0][1])
+    assert (held := _port_free(noted[0][1])) is True, held
 
 
 @pytest.mark.process
@@ -211,7 +219,7 @@ def test_a_hanging_rank_times_out_and_leaves_nothing(tmp_path, monkeypatch):
     assert result.outcome == outcomes.TIMEOUT, result.reason
     noted = _ranks_noted(tmp_path)
     assert len(noted) == 2 and _gone(noted, 5), noted
-    assert _port_free(noted[0][1])
+    assert (held := _port_free(noted[0][1])) is True, held
 
 
 TUNER = """
@@ -237,7 +245,7 @@ def test_kill_9_of_the_tuner_leaves_no_rank(tmp_path):
         tuner.kill()
         tuner.wait()
         assert _gone(noted, 10), [pid for pid, _ in noted if _alive(pid)]
-        assert _port_free(noted[0][1])
+        assert (held := _port_free(noted[0][1])) is True, held
     finally:
         if tuner.poll() is None:
             tuner.kill()
