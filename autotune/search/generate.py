@@ -3,7 +3,8 @@ workload, run by the one search path (`search.run`) as training's is; each trial
 process (`trial.generate`).
 
 What differs from training is here: the workload (prompt lengths, new tokens), the space and its reference
-trials (`search.generation_space`, which says why TPE proposes the trials), and the objective:
+trials (`search.generation_space`), the planner that proposes the trials and says when to stop
+(`search.generation_planner`), and the objective:
 output tokens/s at the batch (or, `--objective latency`, the request's tokens/s at batch 1: its
 inverse latency), under constraints recorded on every trial with Optuna's `set_constraint`:
 
@@ -36,9 +37,7 @@ from autotune.search.generation_space import (
     reference_config,
 )
 from autotune.search.task import Basics, Rule, Task, model_slug
-from autotune.study import record
 from autotune.study.record import BOUND_OPTIONS, P99_TOKEN_LATENCY, TTFT
-from autotune.study.references import REFERENCE_ATTR
 from autotune.study.study_record import StudyRecord
 from autotune.trial.generate import model_facts, prompt_lengths_in_child, run_generation_trial
 from autotune.trial.runner import TrialResult
@@ -52,8 +51,6 @@ DEFAULT_PROMPT_LEN = 32
 DEFAULT_NEW_TOKENS = 32
 LATENCY = "latency"
 RECOMPILES = "recompiles"
-# TPE's random start: a sixth or so of a CPU space (a few hundred configurations), then its model.
-STARTUP_TRIALS = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,8 +160,19 @@ class GenerateTask(Task):
         return self._record(self.space, workload=workload, bounds=self.bounds)
 
     def sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
-        """TPE over the generation space; it reads every trial's constraints (Optuna 5)."""
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=STARTUP_TRIALS)
+        """The generation planner's proposals and stop rule (`search.generation_planner`), built when first asked."""
+        from autotune.measure import outcomes
+        from autotune.search.generation_planner import GenerationPlanner
+        from autotune.search.sampler import PlannerSampler
+
+        limit = outcomes.feasible_peak_bytes(self.memory_limit_bytes, self.memory_headroom)
+
+        def planner() -> GenerationPlanner:
+            return GenerationPlanner(
+                self.space, self.capabilities, feasible_limit=limit, bounds=self.bounds, seed=seed or 0
+            )
+
+        return PlannerSampler(planner, seed=seed)
 
     # --- a trial ------------------------------------------------------------------------------
 
@@ -174,7 +182,6 @@ class GenerateTask(Task):
             if notes:
                 trial.set_user_attr("reference_notes", notes)
             return cfg
-        trial.set_user_attr(record.PROPOSED_BY, _proposer(trial))
         return self.space.suggest(trial)
 
     def refusal(self, cfg: GenerateConfig) -> str | None:
@@ -275,9 +282,3 @@ def resolve_workload(
 
 
 # --- the trials ---------------------------------------------------------------------------------
-
-
-def _proposer(trial: optuna.Trial) -> str:
-    """What proposed a sampled trial: TPE's random start (its first trials), then TPE's model."""
-    sampled = [t for t in trial.study.get_trials(deepcopy=False) if REFERENCE_ATTR not in t.user_attrs]
-    return "random_start" if len(sampled) <= STARTUP_TRIALS else "tpe"

@@ -7,11 +7,8 @@ buckets that fit the model's context, and the knobs `--fix` holds. A transformer
 compile its prefill nor run two attention kernels in one `generate` (the registry's model rules):
 for it compile_prefill is held false and the prefill kernel follows the decode kernel.
 
-Why not the training planner: its models (throughput over a token budget, activation memory,
-checkpointing) are training's. Generation's space is small (a few hundred configurations) and its
-measurements cheap next to a training step's, so after the references Optuna's own TPE sampler
-proposes the trials, with the memory limit, the recompiles and the latency bounds recorded as
-Optuna constraints, which TPE reads (a violated one is never the best, and TPE learns from it)."""
+The planner that searches it is `search.generation_planner`, which lists it whole
+(`configurations`)."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from autotune import registry
 from autotune.config import GenerateConfig, padded_width
@@ -71,6 +68,20 @@ class GenerationSpace:
         if values.get("decode_compile") == "reduce-overhead" and "kv_cache" not in self.fixed:
             values["kv_cache"] = "static"  # CUDA graphs of a dynamic cache are refused (registry)
         return GenerateConfig.from_dict(values)
+
+    def configurations(self, caps: DeviceCapabilities) -> Iterator[tuple[dict[str, Any], GenerateConfig]]:
+        """Every configuration of the space this device can run, with the Optuna params that make it
+        (`suggest`'s): what the planner scores. Two param sets that complete to one configuration
+        both come (the planner keeps the first)."""
+        names = list(self.choices)
+        for combination in itertools.product(*(self.choices[name] for name in names)):
+            params = dict(zip(names, combination))
+            try:
+                cfg = self.complete({**self.fixed, **params})
+            except UsageError:  # a rule between the knobs themselves
+                continue
+            if self.violation(cfg, caps) is None:
+                yield params, cfg
 
     def violation(self, cfg: GenerateConfig, caps: DeviceCapabilities) -> str | None:
         """Why `cfg` cannot run here (the device's rules, a transformers model's), else None."""

@@ -45,15 +45,7 @@ from autotune.measure import outcomes
 from autotune.search import priors
 from autotune.search.features import Columns
 from autotune.search.memory_model import Batch, MemoryContext, MemoryModel, erfc, observations_from_records
-from autotune.search.residual_model import (
-    OUTLIER_NOISE,
-    Codes,
-    SelfCheck,
-    fit_residual,
-    judge,
-    linear_held_out,
-)
-from autotune.search.throughput_model import fit_throughput
+from autotune.search.residual_model import Codes, SelfCheck, corrected, fit_rates
 from autotune.space.definition import SearchSpace
 from autotune.space.enumerate import configurations, sample, size
 
@@ -67,7 +59,6 @@ EDGE_MISSES = 2  # ... until this many configurations of the study went over the
 COST_WEIGHT = 0.25  # expected gain per second**COST_WEIGHT: cheaper trials first, at equal promise
 FIRST_COST_WEIGHT = 0.05  # the first trial: log tokens/s given up per e-fold of expected seconds
 CLEARLY_WORSE = 0.03  # a short window this far below the best, beyond its interval, is not timed in full
-LEADERS = 0.10  # trials within this of the best (log tokens/s) are the ones the stop rule's self-check judges
 CORRECTED = 1500  # candidates whose prediction the residual GP corrects at most (the most promising)
 
 HOST_ONLY = tuple(k.name for k in registry.knobs_of() if k.host_only)
@@ -303,36 +294,16 @@ class Planner:
         y = np.array([math.log(r.tokens_per_sec) for r in seen.measured])
         noise = np.array([self.noise * (2.0 if r.unstable else 1.0) for r in seen.measured])
         codes = self.codes.encode([r.config for r in seen.measured])
-        posterior, residual, check = self._throughput(rows, y, noise, codes, prior_mean, prior_sd)
-        if check.outliers:  # a bad reading moves nothing for good: it counts with a wide noise
-            noise = noise.copy()
-            noise[list(check.outliers)] *= OUTLIER_NOISE
-            posterior, residual, check = self._throughput(rows, y, noise, codes, prior_mean, prior_sd, check.outliers)
+        posterior, residual, check = fit_rates(rows, y, noise, codes, prior_mean, prior_sd, self.noise)
         self.check = check
         mean = self.X @ posterior.mean
         chol = np.linalg.cholesky(posterior.cov + 1e-12 * np.eye(len(prior_mean)))
         var = np.square(self.X @ chol).sum(axis=1)
         near = self._worth_correcting(mean, np.sqrt(var), residual.tau, seen)
-        var = var + residual.tau**2  # what the experts' sum cannot express, everywhere ...
-        if len(y) and near.any():  # ... and, near what was measured, what the measurements say of it
-            correction, residual_var = residual.predict(self.C[near])
-            mean[near] += correction
-            var[near] += residual_var - residual.tau**2
+        mean, var = corrected(mean, var, self.C, residual, near)
         self.memory.fit(observations_from_records(records))
         self.supported = self._p_supported(seen)
         return mean, np.sqrt(var), self.batch.p_fit() * self.supported
-
-    def _throughput(self, rows, y, noise, codes, prior_mean, prior_sd, known_bad: tuple[int, ...] = ()):
-        """The linear posterior, the GP of its residuals, and how well the two predict each trial
-        from the others (`residual_model.judge`, on the linear model's held-out errors, which
-        also sets the GP's amplitude)."""
-        posterior = fit_throughput(rows, y, noise, prior_mean, prior_sd)
-        noise_var = np.square(noise)
-        errors, latent_var = linear_held_out(rows, y, noise_var, posterior.mean, posterior.cov)
-        leaders = y >= y.max() - LEADERS if len(y) else np.zeros(0, bool)
-        check, tau = judge(codes, errors, latent_var + noise_var, self.noise, known_bad, leaders)
-        residual = fit_residual(codes, y - rows @ posterior.mean, noise_var, tau)
-        return posterior, residual, check
 
     def _worth_correcting(self, mean: np.ndarray, sd: np.ndarray, tau: float, seen: Observed) -> np.ndarray:
         """The candidates whose prediction the residual GP is worth computing for: those that could
@@ -452,10 +423,7 @@ class Planner:
         tps = math.exp(mean[i])
         if bad_reading is not None:
             stage = REMEASURE
-            reason = (
-                f"#{bad_reading.number} read {bad_reading.tokens_per_sec:,.0f} tok/s, far below what the other trials "
-                f"predict of it ({tps:,.0f} +- {100 * sd[i]:.0f} %): measured again"
-            )
+            reason = remeasure_reason(bad_reading, tps, sd[i])
         elif gain is None:
             reason = f"the priors' best guess likely to fit ({p_fit[i]:.0%}): {tps:,.0f} tok/s expected"
         else:
@@ -509,6 +477,14 @@ def _culprit(record: Any) -> tuple[str, Any] | None:
     if knob not in registry.BY_NAME or record.config is None or knob not in record.config:
         return None
     return knob, _value_key(record.config[knob])  # the value it ran with: the one refused
+
+
+def remeasure_reason(bad_reading: Any, predicted: float, sd: float) -> str:
+    """Why a configuration is proposed again: its one reading was a bad one."""
+    return (
+        f"#{bad_reading.number} read {bad_reading.tokens_per_sec:,.0f} tok/s, far below what the other trials "
+        f"predict of it ({predicted:,.0f} +- {100 * sd:.0f} %): measured again"
+    )
 
 
 def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:

@@ -34,6 +34,7 @@ OUTLIER_NOISE = 30.0  # ... and counts with this many times its noise: next to n
 TRUSTED_Z2 = 2.0  # the stop rule trusts a model whose mean squared held-out z is at most this ...
 TRUSTED_NOISE = 2.0  # ... and that under-predicts its leaders by at most this many times the noise
 MIN_TRIALS = 4  # fewer measured trials: too few to judge the model by
+NEAR_BEST = 0.10  # trials within this of the best (log tokens/s) are the ones the self-check judges
 
 
 class Codes:
@@ -197,3 +198,41 @@ def self_check(
         noise,
         float(np.sqrt(np.mean(np.square(np.maximum(errors, 0.0))))),
     )
+
+
+def fit_rates(rows, y, noise, codes, prior_mean, prior_sd, floor: float) -> tuple[Any, Residual, SelfCheck]:
+    """Both planners' model of log tokens/s at the measured trials: the experts' linear posterior
+    (`throughput_model`), the GP of its residuals, and how well the two predict each trial from
+    the others (`judge`). A reading the check calls bad is fitted again with OUTLIER_NOISE times
+    its noise: it moves nothing for good until measured again."""
+    posterior, residual, check = _fit_rates(rows, y, noise, codes, prior_mean, prior_sd, floor)
+    if check.outliers:
+        noise = noise.copy()
+        noise[list(check.outliers)] *= OUTLIER_NOISE
+        posterior, residual, check = _fit_rates(rows, y, noise, codes, prior_mean, prior_sd, floor, check.outliers)
+    return posterior, residual, check
+
+
+def _fit_rates(rows, y, noise, codes, prior_mean, prior_sd, floor, known_bad: tuple[int, ...] = ()):
+    from autotune.search.throughput_model import fit_throughput
+
+    posterior = fit_throughput(rows, y, noise, prior_mean, prior_sd)
+    noise_var = np.square(noise)
+    errors, latent_var = linear_held_out(rows, y, noise_var, posterior.mean, posterior.cov)
+    leaders = y >= y.max() - NEAR_BEST if len(y) else np.zeros(0, bool)
+    check, tau = judge(codes, errors, latent_var + noise_var, floor, known_bad, leaders)
+    residual = fit_residual(codes, y - rows @ posterior.mean, noise_var, tau)
+    return posterior, residual, check
+
+
+def corrected(
+    mean: np.ndarray, var: np.ndarray, codes: np.ndarray, residual: Residual, near: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The linear model's (mean, variance) at every candidate with the residual's doubt added
+    everywhere, and, at the candidates `near` (those worth the cost), the GP's correction."""
+    mean, var = mean.copy(), var + residual.tau**2
+    if len(residual.alpha) and near.any():
+        correction, residual_var = residual.predict(codes[near])
+        mean[near] += correction
+        var[near] += residual_var - residual.tau**2
+    return mean, var

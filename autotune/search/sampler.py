@@ -1,4 +1,5 @@
-"""The tuner's sampler: an Optuna sampler whose every proposal is the planner's (`search.planner`),
+"""The tuner's sampler: an Optuna sampler whose every proposal is the planner's (`search.planner`;
+a generation study's, `search.generation_planner`),
 so the study, its storage, optuna-dashboard and the workers sharing it work as with any sampler.
 
 Before each trial it asks the planner for a whole configuration, reading every finished trial of
@@ -12,7 +13,7 @@ exact sampler (time_to_recipe.py's `tuner`)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -22,13 +23,19 @@ from autotune.search.planner import Planner, Proposal, Stop
 from autotune.study.record import RecordCache
 from autotune.study.references import REFERENCE_ATTR
 
+if TYPE_CHECKING:
+    from autotune.search.generation_planner import GenerationPlanner
+
+# A task's planner: training's, or generation's (the same questions: propose, stop_reason, check).
+AnyPlanner = Union[Planner, "GenerationPlanner"]
+
 PLANNING_WAIT_S = 10.0  # a planner's first proposal lists the space: a second or two
 PLANNING_POLL_S = 0.1
 _pause = time.sleep  # a name of its own: tests count the waits instead of timing them
 
 
 class PlannerSampler(optuna.samplers.BaseSampler):
-    def __init__(self, planner: Planner | Callable[[], Planner], *, seed: int | None = None) -> None:
+    def __init__(self, planner: AnyPlanner | Callable[[], AnyPlanner], *, seed: int | None = None) -> None:
         self._planner = planner
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self.proposals: dict[int, Proposal] = {}
@@ -36,10 +43,14 @@ class PlannerSampler(optuna.samplers.BaseSampler):
         self.records = RecordCache()  # read before and after every trial: each finished one made once
 
     @property
-    def planner(self) -> Planner:
-        if not isinstance(self._planner, Planner):
+    def planner(self) -> AnyPlanner:
+        if not self._built:
             self._planner = self._planner()  # built when first needed: listing the space takes a moment
         return self._planner
+
+    @property
+    def _built(self) -> bool:
+        return hasattr(self._planner, "propose")
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return {}
@@ -92,7 +103,7 @@ class PlannerSampler(optuna.samplers.BaseSampler):
     def doubt(self) -> str | None:
         """Why the last fit's "nothing left" could not be trusted, for a search that ended by its
         budget rather than settling; None if it could."""
-        if not isinstance(self._planner, Planner) or self._planner.check is None:
+        if not self._built or self._planner.check is None:
             return None
         check = self._planner.check
         if check.trusted:

@@ -83,7 +83,7 @@ def test_references_first_constraints_on_every_trial_and_only_a_feasible_one_is_
         1,
     )
     sampled = [r.proposed_by for r in records[2:]]
-    assert sampled == ["random_start"] * 8 + ["tpe"] * (len(records) - 10)  # TPE's random start, then its model
+    assert sampled and set(sampled) <= {"kernels", "batch_and_prompt_bucket", "measured_again"}  # the planner's stages
     measured = [r for r in records if r.measurement is not None and r.outcome in outcomes.MEASURED]
     assert measured and all({"memory", "recompiles", "p99_token_latency"} <= set(r.constraints) for r in measured)
     best = result.summary.best
