@@ -1,40 +1,57 @@
 """Confirming the winner before it becomes a recipe: the leaders the rule asks for
 (`study.leaders`, which says why and how the winner is chosen) are measured once more, each in
-a fresh process, once per study."""
+a fresh process, once per study; then any trial whose one run stands above the winner's mean."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
 from autotune.measure.outcomes import Outcome
-from autotune.study.leaders import Candidate, to_remeasure
+from autotune.study.leaders import LEADERS, Candidate, challenger, to_remeasure
 from autotune.study.record import Confirmation, confirmation_key, read_trials
+from autotune.study.summary import summarize
 
 if TYPE_CHECKING:
     import optuna
 
     from autotune.search.task import Task
+    from autotune.study.record import TrialRecord
 
 
 def confirm_leaders(study: "optuna.Study", top: Sequence[Candidate], task: "Task", reporter=None) -> list[int]:
     """Re-measure the leaders (`StudySummary.leaders`) the rule asks for, each in a fresh
     process, once per study (kept as study attrs: a resumed study does not measure the same
-    trial again). Returns the trials re-measured now."""
+    trial again); then each challenger (`study.leaders.challenger`), at most LEADERS of them.
+    Returns the trials re-measured now."""
     trials = {t.number: t for t in read_trials(study)}
     done = []
     pending = [c for c in to_remeasure(top) if confirmation_key(c.number) not in study.user_attrs]
     for index, candidate in enumerate(pending, 1):
         if reporter is not None:  # run k of n: the progress display estimates what is left from it
             reporter.confirming(candidate.number, index, len(pending))
-        result = task.measure(task.config_type.from_dict(trials[candidate.number].config))
-        m = result.measurement
-        confirmation = Confirmation(
-            Outcome.read(result.outcome),
-            result.tokens_per_sec,
-            m.tokens_per_sec_ci95 if m else None,
-            m.joules_per_token if m else None,
-            result.peak_memory_bytes,
-        )
-        study.set_user_attr(confirmation_key(candidate.number), confirmation.to_dict())
+        _remeasure(study, trials[candidate.number], task)
+        done.append(candidate.number)
+    for _ in range(LEADERS):
+        summary = summarize(study)
+        candidate = challenger([r for r in summary.trials if r.feasible], summary.about.objective)
+        if candidate is None:
+            break
+        if reporter is not None:
+            reporter.confirming(candidate.number, len(done) + 1, len(done) + 1)
+        _remeasure(study, trials[candidate.number], task)
         done.append(candidate.number)
     return done
+
+
+def _remeasure(study: "optuna.Study", trial: "TrialRecord", task: "Task") -> None:
+    """`trial`'s configuration measured once more in a fresh process, kept as its confirmation."""
+    result = task.measure(task.config_type.from_dict(trial.config))
+    m = result.measurement
+    confirmation = Confirmation(
+        Outcome.read(result.outcome),
+        result.tokens_per_sec,
+        m.tokens_per_sec_ci95 if m else None,
+        m.joules_per_token if m else None,
+        result.peak_memory_bytes,
+    )
+    study.set_user_attr(confirmation_key(trial.number), confirmation.to_dict())

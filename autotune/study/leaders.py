@@ -9,6 +9,9 @@ is as fast or faster. So, at the end of a search:
 - when the best's 95 % interval overlaps the next leaders' (they cannot be told apart on one
   run each; an unknown interval overlaps everything), each leader is measured once more in a
   fresh process; otherwise only the best is (a second run for its figures);
+- then, while the best trial not re-measured ran (once) above the winner's mean, it is
+  re-measured too (at most LEADERS more): a fourth trial as lucky as the leaders were would
+  otherwise stand above the choice in every list of figures;
 - the winner is the leader with the best mean over its runs, among those re-measured with a
   result (a re-measurement that ended otherwise than ok, e.g. out of memory, drops its leader
   when another one reproduced). Until the best is re-measured (a search stopped before), the
@@ -114,10 +117,35 @@ def winner(top: Sequence[Candidate]) -> Candidate | None:
 
 
 def study_leaders(feasible: Iterable["TrialRecord"], objective: str) -> list[Candidate]:
-    """The leaders among a study's feasible trials by the study's objective, with their re-measurements."""
+    """The leaders among a study's feasible trials by the study's objective, with their
+    re-measurements: the top LEADERS distinct configurations, then every other trial re-measured
+    (a challenger the confirmation went on to, `challenger`)."""
     ranked = sorted(feasible, key=lambda r: r.value or 0.0, reverse=True)
     configs = [json.dumps(r.config or {}, sort_keys=True) for r in ranked]
-    return leaders([_candidate(r, objective) for r in ranked], configs)
+    candidates = [_candidate(r, objective) for r in ranked]
+    top = leaders(candidates, configs)
+    chosen = {c.number for c in top}
+    return top + [c for c in candidates if c.remeasured and c.number not in chosen]
+
+
+def challenger(feasible: Sequence["TrialRecord"], objective: str) -> Candidate | None:
+    """Once the winner is re-measured, the best trial not re-measured (of a configuration none
+    was) whose one run is above the winner's mean, or None. The leaders' second runs came in
+    lower (the winner's curse): a trial just outside them, as lucky once, would stand above the
+    choice in every list of figures. It is measured again too, so that the choice is made among
+    figures alike."""
+    top = study_leaders(feasible, objective)
+    best = winner(top)
+    if best is None or not best.remeasured:
+        return None
+    by_number = {r.number: r for r in feasible}
+    measured_configs = {json.dumps(by_number[c.number].config or {}, sort_keys=True) for c in top if c.remeasured}
+    for r in sorted(feasible, key=lambda r: r.value or 0.0, reverse=True):
+        candidate = _candidate(r, objective)
+        if candidate.remeasured or json.dumps(r.config or {}, sort_keys=True) in measured_configs:
+            continue
+        return candidate if candidate.value > best.mean else None
+    return None
 
 
 def _candidate(record: "TrialRecord", objective: str) -> Candidate:

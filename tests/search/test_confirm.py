@@ -95,3 +95,37 @@ def test_the_leaders_are_distinct_configurations_and_a_failed_remeasurement_drop
     assert winner(top).number == 2
     # Not re-measured yet (a search stopped before): the best single run, as before.
     assert winner([Candidate(0, 10.0), Candidate(2, 9.8, remeasured=True, second=12.0)]).number == 0
+
+
+def test_a_trial_whose_one_run_stands_above_the_winners_mean_is_measured_again_too(monkeypatch):
+    """The three leaders' second runs came in lower (the winner's curse): #0's mean is 975, and
+    #3, a fourth configuration, ran once at 980. Left at that, it stands above the choice in every
+    list of figures (a generation study's front put it above the recommended trial). It is
+    measured again; its mean, 990, then wins."""
+    study = study_of(
+        (256, 1050.0, [1000.0, 1100.0]),
+        (512, 1000.0, [950.0, 1050.0]),
+        (1024, 990.0, [940.0, 1040.0]),
+        (2048, 980.0, [930.0, 1030.0]),  # not a leader: the fourth
+        (128, 500.0, [480.0, 520.0]),
+    )
+    calls = fake_runs(monkeypatch, {256: 900.0, 512: 880.0, 1024: 870.0, 2048: 1000.0})
+    assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [0, 1, 2, 3]
+    assert calls == [256, 512, 1024, 2048]
+    summary = summarize(study)
+    assert summary.best.number == 3 and summary.best.figure == 990.0
+    best_mean = summary.best.figure
+    assert all(t.figure <= best_mean for t in summary.trials if t.feasible)  # no single run above the choice
+
+
+def test_a_challenger_that_falls_back_leaves_the_winner_and_none_is_measured_twice(monkeypatch):
+    study = study_of(
+        (256, 1050.0, [1000.0, 1100.0]),
+        (512, 1000.0, [950.0, 1050.0]),
+        (1024, 990.0, [940.0, 1040.0]),
+        (2048, 980.0, [930.0, 1030.0]),
+    )
+    calls = fake_runs(monkeypatch, {256: 900.0, 512: 880.0, 1024: 870.0, 2048: 860.0})
+    confirm_leaders(study, summarize(study).leaders, tiny_context())
+    assert calls == [256, 512, 1024, 2048] and summarize(study).best.number == 0
+    assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [] and len(calls) == 4
