@@ -13,7 +13,7 @@
   ready).
 
     python benchmarks/gpu_probes.py --device cuda:0 [--tokens 32768]
-    python benchmarks/gpu_probes.py --device cpu --tokens 1024 --width 32   # the dry run's
+    python benchmarks/gpu_probes.py --device cpu --tokens 256 --width 32    # the dry run's
 """
 
 from __future__ import annotations

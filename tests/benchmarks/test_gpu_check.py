@@ -288,7 +288,7 @@ def test_the_dry_run_installs_offline_and_brings_back_at_most_six_files(gpu_chec
     assert "| run | eff. tokens/s | x baseline | x checklist | MFU mean len (datasheet) |" in proc.stdout
     for row in ("| baseline (fp32 eager math, fixed 8x seq) | ", "| search best (trial 0) | "):
         assert row in proc.stdout
-    assert re.search(r"^fp16 \+ chunked loss, 1,024 tokens, .*: (AGREES|WRONG)$", proc.stdout, flags=re.M)
+    assert re.search(r"^fp16 \+ chunked loss, 256 tokens, .*: (AGREES|WRONG)$", proc.stdout, flags=re.M)
     assert re.search(
         r"^fork-server probe: trial ok, forked from the server: yes, server started CUDA: False",
         proc.stdout,
