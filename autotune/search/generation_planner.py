@@ -348,7 +348,7 @@ class GenerationPlanner:
             reason=reason,
             predicted_tokens_per_sec=tps,
             p_fit=float(p_within[i]),
-            predicted_peak_bytes=0,  # not predicted in bytes: the chance to fit is in p_fit
+            predicted_peak_bytes=None,  # not predicted in bytes: the chance to meet every bound is p_fit
             expected_seconds=float(self.seconds[i]),
             prune_below=seen.best.tokens_per_sec * (1 - CLEARLY_WORSE) if seen.best is not None else None,
         )

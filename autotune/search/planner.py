@@ -82,7 +82,7 @@ class Proposal:
     reason: str
     predicted_tokens_per_sec: float
     p_fit: float
-    predicted_peak_bytes: int
+    predicted_peak_bytes: int | None  # None: a planner that predicts the chance to fit, not the bytes
     expected_seconds: float
     prune_below: float | None = None  # tokens/s: a short window clearly below this is not timed in full
 
