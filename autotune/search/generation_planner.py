@@ -52,6 +52,7 @@ from autotune.search.planner import (
     STOP_GAIN,
     Proposal,
     Stop,
+    bad_readings,
     config_key,
     expected_improvement,
     remeasure_reason,
@@ -276,7 +277,7 @@ class GenerationPlanner:
     def propose(self, records: Sequence[Any], running: Sequence[Mapping[str, Any]] = ()) -> Proposal | Stop:
         seen = self.observe(records, running)
         mean, sd, p_within = self.fit(records, seen)
-        again = self._again(seen)
+        again = bad_readings(self.check, seen.measured)
         open_ = np.array([k not in seen.done or k in again for k in self.keys], dtype=bool)
         if not open_.any():
             return Stop(f"every configuration of the space was tried ({len(self.keys)})")
@@ -294,14 +295,6 @@ class GenerationPlanner:
         i = int(np.argmax(np.where(likely, score, -np.inf)))
         return self._proposal(i, seen, mean, sd, p_within, gain, again.get(self.keys[i]))
 
-    def _again(self, seen: Seen) -> dict[str, Any]:
-        """A configuration whose one reading the last fit judged a bad one: open once more."""
-        if self.check is None or not self.check.outliers:
-            return {}
-        readings = Counter(config_key(r.config) for r in seen.measured)
-        bad = (seen.measured[i] for i in self.check.outliers if i < len(seen.measured))
-        return {config_key(r.config): r for r in bad if readings[config_key(r.config)] == 1}
-
     def stop_reason(self, records: Sequence[Any], running: Sequence[Mapping[str, Any]] = ()) -> str | None:
         """Why to stop now, or None to go on."""
         seen = self.observe(records, running)
@@ -310,7 +303,7 @@ class GenerationPlanner:
         mean, sd, p_within = self.fit(records, seen)
         if self.check is None or not self.check.trusted:  # it mispredicts its own trials
             return None
-        again = self._again(seen)
+        again = bad_readings(self.check, seen.measured)
         open_ = np.array([k not in seen.done or k in again for k in self.keys], dtype=bool) & (p_within >= MIN_FIT)
         if not open_.any():
             return f"every configuration likely to meet {self._bounds_text()} was tried; {self.check.text()}"

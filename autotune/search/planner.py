@@ -356,16 +356,7 @@ class Planner:
         return self._proposal(i, seen, mean, sd, p_fit, seconds, gain, again.get(self.keys[i]))
 
     def _again(self, seen: Observed) -> dict[str, Any]:
-        """Configurations whose one reading the last fit judged a bad one (far below what every
-        other trial predicts of it), each with that reading: open to a proposal again, once. The
-        reading counts with a wide noise, so the model says what the configuration is likely
-        worth; if that could beat the best, only a fresh measurement tells (a bad reading of the
-        best would otherwise lose it for good)."""
-        if self.check is None or not self.check.outliers:
-            return {}
-        readings = Counter(config_key(r.config) for r in seen.measured)
-        bad = (seen.measured[i] for i in self.check.outliers if i < len(seen.measured))
-        return {config_key(r.config): r for r in bad if readings[config_key(r.config)] == 1}
+        return bad_readings(self.check, seen.measured)
 
     def _open(self, seen: Observed, again: Mapping[str, Any]) -> np.ndarray:
         return np.array([k not in seen.done or k in again for k in self.keys])
@@ -477,6 +468,19 @@ def _culprit(record: Any) -> tuple[str, Any] | None:
     if knob not in registry.BY_NAME or record.config is None or knob not in record.config:
         return None
     return knob, _value_key(record.config[knob])  # the value it ran with: the one refused
+
+
+def bad_readings(check: SelfCheck | None, measured: Sequence[Any]) -> dict[str, Any]:
+    """Configurations whose one reading the last fit judged a bad one (far below what every other
+    trial predicts of it), each with that reading: open to a proposal again, once. The reading
+    counts with a wide noise, so the model says what the configuration is likely worth; if that
+    could beat the best, only a fresh measurement tells (a bad reading of the best would
+    otherwise lose it for good). `measured`: the trials in the order the fit read them."""
+    if check is None or not check.outliers:
+        return {}
+    readings = Counter(config_key(r.config) for r in measured)
+    bad = (measured[i] for i in check.outliers if i < len(measured))
+    return {config_key(r.config): r for r in bad if readings[config_key(r.config)] == 1}
 
 
 def remeasure_reason(bad_reading: Any, predicted: float, sd: float) -> str:

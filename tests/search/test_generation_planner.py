@@ -104,3 +104,55 @@ def test_a_knob_value_that_never_ran_usable_takes_its_candidates_chance_down():
     }
     assert sorted(by_dtype["float16"]) == [pytest.approx(1 / 3)]
     assert by_dtype["bfloat16"] == {1.0} and by_dtype["float32"] == {1.0}
+
+
+def test_a_bound_read_by_the_trials_takes_the_candidates_over_it_down():
+    """p99 time per token read at batch 1 and 2 (1 and 2 ms, a 2.5 ms bound) and an out-of-memory
+    trial at batch 4: batch-4 candidates are unlikely to meet the bounds (below MIN_FIT, so not
+    proposed), what was measured within them likely."""
+    from autotune.knobs.support import DeviceCapabilities
+    from autotune.measure.measurement import Measurement
+    from autotune.search.generation_space import generation_space
+    from autotune.study.record import P99_TOKEN_LATENCY, TrialRecord
+
+    caps = DeviceCapabilities.detect("cpu", None)
+    space = generation_space(caps, batches=(1, 2, 4), longest_prompt=8, new_tokens=4, context=64, transformers=False)
+    planner = GenerationPlanner(space, caps, feasible_limit=1 << 30, bounds={P99_TOKEN_LATENCY: BOUND_S})
+
+    def done(number, batch, outcome=outcomes.OK):
+        cfg = GenerateConfig(kv_cache="static", batch_size=batch).to_dict()
+        m = Measurement(
+            config=cfg,
+            outcome=outcome.value,
+            tokens_per_sec=100.0 * batch,
+            peak_memory_bytes=(100 << 20) * batch,
+            generation={"token_latency_p99_s": 0.001 * batch, "ttft_p99_s": 0.002},
+        )
+        return TrialRecord(
+            number,
+            TrialState.COMPLETE,
+            outcome,
+            config=cfg,
+            measurement=m,
+            tokens_per_sec=100.0 * batch,
+            peak_memory_bytes=(100 << 20) * batch,
+        )
+
+    records = [done(0, 1), done(1, 2)]
+    _, _, p = planner.fit(records, planner.observe(records))
+    by_batch = {b: [p[i] for i, c in enumerate(planner.configs) if c["batch_size"] == b] for b in (1, 2, 4)}
+    measured = planner.index[_key(records[0])]
+    assert p[measured] > 0.9 and max(by_batch[4]) < 0.5, {b: (min(v), max(v)) for b, v in by_batch.items()}
+    assert sum(by_batch[4]) < sum(by_batch[2]) < sum(by_batch[1])  # below MIN_FIT: not proposed
+
+    memory_only = GenerationPlanner(space, caps, feasible_limit=1 << 30)
+    oom = [done(0, 1), done(1, 2), done(2, 4, outcomes.OOM)]
+    _, _, p = memory_only.fit(oom, memory_only.observe(oom))
+    assert max(p[i] for i, c in enumerate(memory_only.configs) if c["batch_size"] == 4) < 0.5
+    assert min(p[i] for i, c in enumerate(memory_only.configs) if c["batch_size"] == 1) > 0.9
+
+
+def _key(record) -> str:
+    from autotune.search.planner import config_key
+
+    return config_key(GenerateConfig.from_dict(record.config).to_dict())
