@@ -20,6 +20,8 @@ Strategies (`strategies()`; DEFAULT runs unless --strategies names others):
   tpe-unconstr   (on request) the same TPE with no constraint recorded
   gp             (on request) Optuna's GPSampler alone (constrained logEI on the recorded constraint)
   random         Optuna's RandomSampler (`_replay.random_search_exactly` gives its figures exactly)
+  smac, botorch  (on request) SMAC3's facade and BoTorch's mixed GP on the experts' mean, as the
+                 issue's library candidates (`libraries.py`; `pip install smac botorch`)
   grid           every configuration once, in an order shuffled per seed (a `propose` hook)
 
 Per run: trials and wall seconds until the first feasible configuration within 3 % of the
@@ -50,6 +52,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import _common  # noqa: F401
+import libraries
 import optuna
 from _common import md_table, mib
 from _replay import (
@@ -227,6 +230,7 @@ def strategies(sweep: Sweep) -> dict[str, Strategy]:
         Strategy("gp", gp_sampler, about="Optuna's GPSampler alone, constraint recorded"),
         Strategy("random", random_, about="random"),
         Strategy("grid", random_, propose=grid_order(sweep), about="every configuration once, shuffled per seed"),
+        *libraries.strategies(sweep),  # on request: smac, botorch (pip install smac botorch)
     ]
     return {s.name: s for s in pool}
 
