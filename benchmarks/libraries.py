@@ -1,19 +1,21 @@
 """The libraries issue A names as candidates for the tuner's model, replayed on the same
 landscapes as the planner (`time_to_recipe.py` / `landscape_table.py --strategies smac botorch`):
 
-  smac      SMAC3 as shipped (`HyperparameterOptimizationFacade`, ask and tell): its random forest
-            with log-scaled costs, its expected improvement and local search; one categorical per
-            knob; the experts' configuration first, then 5 Sobol configurations (as TPE's 5
-            start-up trials); a configuration over the memory limit, out of memory, refused or
-            failed is a crash (SMAC's way of saying "not this"; it has no constraint).
-  botorch   BoTorch's mixed GP (`MixedSingleTaskGP`: a categorical Hamming kernel on every knob)
-            over the residuals of the experts' linear model (the planner's prior mean, the mean
-            the issue asks for), a second one on the log peaks for the chance to fit, and expected
-            improvement x that chance over every candidate the planner lists; the experts'
-            favourite first.
+  smac        SMAC3 as shipped (`HyperparameterOptimizationFacade`, ask and tell): its random forest
+              with log-scaled costs, its expected improvement and local search; one categorical per
+              knob; the experts' configuration first, then 5 Sobol configurations (as TPE's 5
+              start-up trials); a configuration over the memory limit, out of memory, refused or
+              failed is a crash (SMAC's way of saying "not this"; it has no constraint).
+  gp-experts  Optuna's GPSampler given the experts' configuration as its start-up, instead of its
+              10 random trials (the issue's suggestion; `gp` in time_to_recipe.py is GPSampler alone).
+  botorch     BoTorch's mixed GP (`MixedSingleTaskGP`: a categorical Hamming kernel on every knob)
+              over the residuals of the experts' linear model (the planner's prior mean, the mean
+              the issue asks for), a second one on the log peaks for the chance to fit, and expected
+              improvement x that chance over every candidate the planner lists; the experts'
+              favourite first.
 
-Neither has a stop rule: a run goes to the target (or the trial cap), and the table compares its
-trials and seconds to 3 % with the planner's. Neither is a dependency of autotune:
+None has a stop rule: a run goes to the target (or the trial cap), and the table compares its
+trials and seconds to 3 % with the planner's. SMAC3 and BoTorch are not dependencies of autotune:
 `pip install smac botorch` (both bring scikit-learn, BoTorch brings gpytorch; torch is already
 there). Each strategy is a `propose` hook (`_replay.py`): what it asks for is enqueued and the
 replay runs it as it runs any trial; a combination the registry refuses is pruned at no cost."""
@@ -216,9 +218,34 @@ class _Botorch:
         return norm.cdf((math.log(self.limit) - mean) / sd)
 
 
+# --- Optuna's GPSampler, the experts' configuration first ------------------------------------------
+
+
+def _experts_start(sweep: Sweep) -> Callable[[History], dict | None]:
+    """A propose hook: the experts' configuration as a run's first trial, the sampler's after."""
+
+    def propose(history: History) -> dict | None:
+        return _experts_first(sweep, history.limit) if not history.steps else None
+
+    return propose
+
+
+def gp_after_experts(seed: int) -> optuna.samplers.BaseSampler:
+    """GPSampler with the experts' trial instead of its 10 random start-up trials: its GP (Matern
+    kernel, categorical Hamming distances, constrained logEI on the recorded memory constraint)
+    from the first completed trial."""
+    import torch
+
+    torch.set_num_threads(1)
+    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=1, warn_independent_sampling=False)
+
+
 def strategies(sweep: Sweep) -> list[Strategy]:
     random_ = lambda seed: optuna.samplers.RandomSampler(seed=seed)  # noqa: E731 - fills what a hook leaves out
     return [
         Strategy("smac", random_, propose=_per_run(_Smac)(sweep), about="SMAC3's HPO facade, ask and tell"),
         Strategy("botorch", random_, propose=_per_run(_Botorch)(sweep), about="BoTorch mixed GP on the experts' mean"),
+        Strategy(
+            "gp-experts", gp_after_experts, propose=_experts_start(sweep), about="GPSampler, the experts' trial first"
+        ),
     ]
