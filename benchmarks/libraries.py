@@ -3,7 +3,8 @@ landscapes as the planner (`time_to_recipe.py` / `landscape_table.py --strategie
 
   smac        SMAC3 as shipped (`HyperparameterOptimizationFacade`, ask and tell): its random forest
               with log-scaled costs, its expected improvement and local search; one categorical per
-              knob; the experts' configuration first, then 5 Sobol configurations (as TPE's 5
+              knob; the experts' configuration first (the planner's first proposal: its
+              priors of throughput and memory), then 5 Sobol configurations (as TPE's 5
               start-up trials); a configuration over the memory limit, out of memory, refused or
               failed is a crash (SMAC's way of saying "not this"; it has no constraint).
   gp-experts  Optuna's GPSampler given the experts' configuration as its start-up, instead of its
@@ -12,7 +13,7 @@ landscapes as the planner (`time_to_recipe.py` / `landscape_table.py --strategie
               over the residuals of the experts' linear model (the planner's prior mean, the mean
               the issue asks for), a second one on the log peaks for the chance to fit, and expected
               improvement x that chance over every candidate the planner lists; the experts'
-              favourite first.
+              configuration first.
 
 None has a stop rule: a run goes to the target (or the trial cap), and the table compares its
 trials and seconds to 3 % with the planner's. SMAC3 and BoTorch are not dependencies of autotune:
@@ -35,6 +36,7 @@ from _replay import History, Strategy, Sweep
 
 from autotune.measure import outcomes
 from autotune.search import priors
+from autotune.search.planner import Proposal
 
 START = 5  # configurations before a library's model proposes (TPE's start-up here: 5)
 # SMAC's cost of a crash, in seconds per million tokens (1 token/s): worse than any run, and finite
@@ -87,11 +89,10 @@ def _planner(sweep: Sweep, limit: int):
 
 
 def _experts_first(sweep: Sweep, limit: int) -> dict[str, Any] | None:
-    """The params of the configuration the experts' linear model rates best (the planner's first
-    proposal before any trial), as a library's first configuration."""
-    planner = _planner(sweep, limit)
-    prior_mean, _ = planner.columns.throughput_prior(priors.LOADER_SD_UNKNOWN)
-    return planner.params[int(np.argmax(planner.X @ prior_mean))]
+    """The params of the planner's first proposal, before any trial: what the experts' priors
+    (throughput and memory) run first, as a library's first configuration."""
+    proposal = _planner(sweep, limit).propose([])
+    return proposal.params if isinstance(proposal, Proposal) else None
 
 
 # --- SMAC3 ----------------------------------------------------------------------------------------
@@ -152,7 +153,7 @@ class _Botorch:
         import torch
 
         torch.set_num_threads(1)  # tiny matrices: threads only wait for each other on 2 cores
-        self.history, self.limit = history, history.limit
+        self.sweep, self.history, self.limit = sweep, history, history.limit
         planner = _planner(sweep, history.limit)
         from _common import config_key
 
@@ -167,8 +168,8 @@ class _Botorch:
     def next(self) -> dict[str, Any]:
         seen = [s for s in seen_trials(self.history.study, self.limit) if s.key in self.index]
         tried = {self.index[s.key] for s in seen}
-        if not seen:
-            return self.params[int(np.argmax(self.prior))]
+        if not seen and (first := _experts_first(self.sweep, self.limit)) is not None:
+            return first
         ran = [s for s in seen if s.tokens_per_sec]
         if len(ran) < 2 or len(seen) < START:  # too few readings to fit a GP: random start-up
             return self.params[self.rng.choice([i for i in range(len(self.params)) if i not in tried])]
