@@ -55,7 +55,7 @@ def main() -> int:
         headers += [f"{name}: trials to 3 %", f"{name}: s vs random", f"{name}: reached"]
         if name == "tuner":
             headers += ["tuner: stops within 3 %", "tuner: trials to stop", "tuner: over-limit run"]
-    headers += ["random: trials to 3 %"]
+    headers += ["random (exact): trials to 3 %"]
     rows = []
     for (landscape, q), entry in sorted(cells.items()):
         meta = entry["meta"]
