@@ -3,9 +3,10 @@ landscapes as the planner (`time_to_recipe.py` / `landscape_table.py --strategie
 
   smac        SMAC3 as shipped (`HyperparameterOptimizationFacade`, ask and tell): its random forest
               with log-scaled costs, its expected improvement and local search; one categorical per
-              knob; the experts' configuration first (the planner's first proposal: its
-              priors of throughput and memory), then 5 Sobol configurations (as TPE's 5
-              start-up trials); a configuration over the memory limit, out of memory, refused or
+              knob; an initial design of 5 Sobol configurations (as TPE's 5 start-up trials)
+              and the experts' (the planner's first proposal: its priors of throughput and
+              memory), which SMAC runs after its own (it appends additional configurations);
+              a configuration over the memory limit, out of memory, refused or
               failed is a crash (SMAC's way of saying "not this"; it has no constraint).
   gp-experts  Optuna's GPSampler given the experts' configuration as its start-up, instead of its
               10 random trials (the issue's suggestion; `gp` in time_to_recipe.py is GPSampler alone).
