@@ -65,7 +65,11 @@ _failed = False
 logger = logging.getLogger(__name__)
 
 
-MAX_SOCKET_DIR = 80  # the server listens on a Unix socket under the temp dir: paths stop at 107 bytes
+# The server listens on a Unix socket that multiprocessing names under the temp dir,
+# "<dir>/pymp-XXXXXXXX/listener-XXXXXXXX" (tempfile's 8-character names): 32 bytes after the dir,
+# and a socket's path stops at 107 bytes. A deeper dir fails at bind ("AF_UNIX path too long").
+SOCKET_SUFFIX = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+MAX_SOCKET_DIR = 107 - SOCKET_SUFFIX
 
 
 def fork_enabled() -> bool:
