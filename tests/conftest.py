@@ -43,6 +43,10 @@ sys.dont_write_bytecode = False
 # goes back to its default), and each Ctrl-C test would fail on a signal never delivered.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# The same for SIGHUP under `nohup`: a search started with SIGHUP ignored keeps it ignored, as
+# nohup asks (trial/processes.py), so the test that hangs a search up would wait for it forever.
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # Property-based tests draw the same examples on every run (Hypothesis's derandomize): a pass in

@@ -138,13 +138,14 @@ def test_a_trial_forked_from_the_server_measures_on_a_fake_gpu(tmp_path):
     assert parents and parents[0] != tuner_pid  # forked from the server, not started by the tuner
 
 
-def test_a_temp_dir_too_deep_for_the_servers_socket_starts_trials_as_fresh_interpreters(monkeypatch, tmp_path):
+def test_a_temp_dir_too_deep_for_the_servers_socket_starts_trials_as_fresh_interpreters(monkeypatch):
     """The server's socket is "<temp dir>/pymp-XXXXXXXX/listener-XXXXXXXX" and a Unix socket's path
     stops at 107 bytes: a temp dir of 76-80 characters passed the old check (80) and failed at
     bind, a warning and a failed start in every search run from such a dir (a test's own tmp
     path under pytest-xdist is 80: it timed out there)."""
     import multiprocessing.connection
     import multiprocessing.util
+    import shutil
     import tempfile
 
     from autotune.trial import fork_server
@@ -154,11 +155,15 @@ def test_a_temp_dir_too_deep_for_the_servers_socket_starts_trials_as_fresh_inter
         monkeypatch.setattr(multiprocessing.util, "get_temp_dir", lambda: tempfile.mkdtemp(prefix="pymp-"))
         return multiprocessing.connection.arbitrary_address("AF_UNIX")
 
-    deepest = tmp_path / ("d" * (fork_server.MAX_SOCKET_DIR - len(str(tmp_path)) - 1))
-    deepest.mkdir()
-    assert len(str(deepest)) == fork_server.MAX_SOCKET_DIR
-    assert len(socket_path(deepest).encode()) <= 107  # it fits
-    too_deep = tmp_path / ("d" * (fork_server.MAX_SOCKET_DIR - len(str(tmp_path))))
-    too_deep.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(too_deep))
-    assert not fork_server.fork_enabled()
+    base = Path(tempfile.mkdtemp(dir="/tmp"))  # tmp_path itself is 76 characters or more under xdist
+    try:
+        deepest = base / ("d" * (fork_server.MAX_SOCKET_DIR - len(str(base)) - 1))
+        deepest.mkdir()
+        assert len(str(deepest)) == fork_server.MAX_SOCKET_DIR
+        assert len(socket_path(deepest).encode()) <= 107  # it fits
+        too_deep = base / ("d" * (fork_server.MAX_SOCKET_DIR - len(str(base))))
+        too_deep.mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(too_deep))
+        assert not fork_server.fork_enabled()
+    finally:
+        shutil.rmtree(base)
