@@ -145,15 +145,16 @@ if [ "$DRY" = 1 ]; then
   SPACE="$ROOT/tests/spaces/tiny.yaml"; N_TRIALS=1; TRIAL_TIMEOUT=100
   # Generation: a static cache, eager (a CPU compile takes tens of seconds; the GPU's is the cure's).
   GENERATE=(--prompt-len 16 --new-tokens 8 --set kv_cache=static --warmup 0 --steps 3 --min-time 0)
-  # The Llama case on the CPU's forced kernel (the one that crashed); inductor on a CPU: ~20-60 s.
-  LLAMA_KERNEL=math; LLAMA_CAP=120
+  # The Llama case on the CPU's forced kernel (the one that crashed), eager: compiled on a CPU it
+  # took 29 s of the dry run, and the test suite compiles it (tests/knobs/test_checkpoint_compile.py).
+  LLAMA_KERNEL=math; LLAMA_COMPILE=none; LLAMA_CAP=120
 else
   MODEL=gpt2; DEVICE=cuda:0; RUN=(--warmup 3 --steps 10 --min-time 1)
   PROBE=(--tokens 32768); PROBE_CAP=45
   SPACE="$ROOT/search_spaces/gpu_quick.yaml"; N_TRIALS=8; TRIAL_TIMEOUT=75
   GENERATE=(--prompt-len 128 --new-tokens 128 --set kv_cache=static --set decode_compile=reduce-overhead
     --set dtype=bfloat16 --warmup 1 --steps 5 --min-time 1)
-  LLAMA_KERNEL=efficient; LLAMA_CAP=45
+  LLAMA_KERNEL=efficient; LLAMA_COMPILE=default; LLAMA_CAP=45
 fi
 
 # --- probes: the fp16 + chunked loss gradients, and a trial forked from the fork server ---------
@@ -164,7 +165,7 @@ run_step generate 60 "${AT[@]}" bench --task generate --model "$MODEL" --device 
 
 # --- a Llama's checkpointed blocks compiled, under a forced kernel: forward and recompute agree --
 run_step llama "$LLAMA_CAP" "${AT[@]}" bench --model hf:llama-tiny --device "$DEVICE" --set batching=padded \
-  --set checkpoint_layers=0,1 --set compile_mode=default --set sdpa_backend="$LLAMA_KERNEL" \
+  --set checkpoint_layers=0,1 --set compile_mode="$LLAMA_COMPILE" --set sdpa_backend="$LLAMA_KERNEL" \
   --warmup 1 --steps 3 --min-time 0 --json
 
 # --- a short search: the two reference trials, then the planner's first proposals --------------
