@@ -55,6 +55,7 @@ from autotune.search.planner import (
     bad_readings,
     config_key,
     expected_improvement,
+    incumbent,
     remeasure_reason,
 )
 from autotune.search.residual_model import Codes, SelfCheck, corrected, fit_rates
@@ -307,7 +308,7 @@ class GenerationPlanner:
         open_ = np.array([k not in seen.done or k in again for k in self.keys], dtype=bool) & (p_within >= MIN_FIT)
         if not open_.any():
             return f"every configuration likely to meet {self._bounds_text()} was tried; {self.check.text()}"
-        gain = expected_improvement(mean, sd, math.log(seen.best.tokens_per_sec)) * p_within
+        gain = expected_improvement(mean, sd, incumbent(mean, self.index, seen)) * p_within
         j = int(np.argmax(np.where(open_, gain, -np.inf)))
         if gain[j] >= self.stop_gain:
             return None

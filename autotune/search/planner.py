@@ -372,7 +372,7 @@ class Planner:
         open_ = self._open(seen, self._again(seen)) & self._eligible(mean, sd, p_fit, seen)
         if not open_.any():
             return f"every configuration likely to fit was tried; {self.check.text()}"
-        gain = expected_improvement(mean, sd, math.log(seen.best.tokens_per_sec)) * p_fit
+        gain = expected_improvement(mean, sd, incumbent(mean, self.index, seen)) * p_fit
         best_gain = float(gain[open_].max())
         if best_gain >= STOP_GAIN:
             return None
@@ -489,6 +489,21 @@ def remeasure_reason(bad_reading: Any, predicted: float, sd: float) -> str:
         f"#{bad_reading.number} read {bad_reading.tokens_per_sec:,.0f} tok/s, far below what the other trials "
         f"predict of it ({predicted:,.0f} +- {100 * sd:.0f} %): measured again"
     )
+
+
+def incumbent(mean: np.ndarray, index: Mapping[str, int], seen: Any) -> float:
+    """The level the stop rule asks an untried candidate to beat (log tokens/s): what the model
+    believes the best measured configuration delivers, the highest posterior mean (`mean`, by
+    candidate; `index`, a configuration's key to its candidate) among the feasible configurations
+    measured, never above the best reading. The best single reading is biased upward by the noise
+    (the winner's curse): an improvement expected over a lucky one undervalues every untried
+    candidate and stops the search early. Replayed on the whole landscape table (72 cells, 10
+    seeds), 619 runs of 720 stopped within 3 % against 607 with the reading's level, for 1.5 more
+    trials at the median cell. Proposals keep the reading's level: with this one they ranked the
+    candidates worse (47 cells of 72 stopped right in 9 of 10 seeds, against 49)."""
+    best = math.log(seen.best.tokens_per_sec)
+    believed = [index[k] for k in {config_key(r.config) for r in seen.measured if r.feasible} if k in index]
+    return min(best, float(mean[believed].max())) if believed else best
 
 
 def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
