@@ -44,10 +44,12 @@ from optuna.trial import TrialState
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
 from autotune.measure import outcomes
-from autotune.search.planner import REMEASURE
+from autotune.search.planner import NOISE, REMEASURE
+from autotune.search.priors import CPU
 from autotune.space.definition import SearchSpace
 from autotune.space.file import parse_space
 from autotune.space.sampling import suggest
+from autotune.study.leaders import Candidate, tied
 
 TOLERANCE = 0.03  # "within 3 % of the sweep's best feasible"
 
@@ -388,9 +390,10 @@ LEADERS = 3  # search.confirm: the top distinct configurations re-measured
 def confirm_leaders(history: History) -> tuple[dict[str, Any] | None, float]:
     """What `autotune search` recommends after its trials (search.confirm): the LEADERS best
     distinct feasible configurations as measured are each measured once more in a fresh process
-    (its compile from inductor's cache), and the best mean of the two figures wins. (The search
-    re-measures only the best when its interval stands clear of the others'; the replay always
-    pays for all three.) Returns the winner's record and the seconds the re-measurements cost."""
+    (its compile from inductor's cache); the two best means, while near-tied, are measured again
+    (`study.leaders.tied`); the best mean of all its runs wins. (The search re-measures only the
+    best when its interval stands clear of the others'; the replay always pays for all three.)
+    Returns the winner's record and the seconds the re-measurements cost."""
     seen: dict[str, float] = {}
     for step in history.steps:
         rec = step.record
@@ -400,8 +403,23 @@ def confirm_leaders(history: History) -> tuple[dict[str, Any] | None, float]:
     if not leaders:
         return None, 0.0
     table = history.sweep.table
-    means = {k: (seen[k] + table[k]["tokens_per_sec"] * _measurement_error(history, k, run=1)) / 2 for k in leaders}
+    runs = {k: [seen[k], table[k]["tokens_per_sec"] * _measurement_error(history, k, run=1)] for k in leaders}
     cost = sum(trial_cost(table[k], warm=True) for k in leaders)
+    # Near-tied leaders measured again, by the search's own rule (study.leaders.tied), with the
+    # spread the search assumes on the sweep's device.
+    device = history.sweep.meta.get("device") or {}
+    noise = NOISE["cuda"] if device.get("kind") == "cuda" else NOISE[CPU]
+    number = {k: i for i, k in enumerate(leaders)}
+    while True:
+        top = [Candidate(number[k], v[0], remeasured=True, second=v[1], again=tuple(v[2:])) for k, v in runs.items()]
+        again = tied(top, noise)
+        if not again:
+            break
+        for candidate in again:
+            k = leaders[candidate.number]
+            runs[k].append(table[k]["tokens_per_sec"] * _measurement_error(history, k, run=len(runs[k])))
+            cost += trial_cost(table[k], warm=True)
+    means = {k: sum(v) / len(v) for k, v in runs.items()}
     return table[max(means, key=means.get)], cost
 
 

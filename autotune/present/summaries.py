@@ -115,7 +115,9 @@ def best_rate_text(trial: TrialRecord, sep: str = "/") -> str:
         if trial.figure_ci95 is None and trial.measurement and trial.measurement.tokens_per_sec_ci95:
             if trial.confirmation and trial.confirmation.tokens_per_sec_ci95:
                 why = "; no interval: they differ by more than their own intervals allow"
-        rate += f"  (mean of {sep.join(format_rate(r) for r in trial.runs)}: the trial, then its re-measurement{why})"
+        runs = sep.join(format_rate(r) for r in trial.runs)
+        again = "s" if len(trial.runs) > 2 else ""
+        rate += f"  (mean of {runs}: the trial, then its re-measurement{again}{why})"
     return rate
 
 

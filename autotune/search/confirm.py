@@ -4,10 +4,13 @@ a fresh process, once per study; then any trial whose one run stands above the w
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 from autotune.measure.outcomes import Outcome
-from autotune.study.leaders import LEADERS, Candidate, challenger, to_remeasure
+from autotune.search.planner import NOISE
+from autotune.search.priors import CPU
+from autotune.study.leaders import LEADERS, READINGS, Candidate, challenger, tied, to_remeasure
 from autotune.study.record import Confirmation, confirmation_key, read_trials
 from autotune.study.summary import summarize
 
@@ -40,7 +43,31 @@ def confirm_leaders(study: "optuna.Study", top: Sequence[Candidate], task: "Task
             reporter.confirming(candidate.number, len(done) + 1, len(done) + 1)
         _remeasure(study, trials[candidate.number], task)
         done.append(candidate.number)
+    noise = NOISE["cuda"] if summarize(study).about.hardware.get("kind") == "cuda" else NOISE[CPU]
+    for _ in range(2 * READINGS):  # each round adds a run to one of the two, at most READINGS each
+        pair = tied(summarize(study).leaders, noise)
+        if not pair:
+            break
+        for candidate in pair:
+            if reporter is not None:
+                reporter.confirming(candidate.number, len(done) + 1, len(done) + 1)
+            if not _measure_again(study, trials[candidate.number], task):
+                return done + [candidate.number]  # a run that ended otherwise than ok: the means stand
+            done.append(candidate.number)
     return done
+
+
+def _measure_again(study: "optuna.Study", trial: "TrialRecord", task: "Task") -> bool:
+    """One more run of a near-tied leader (`study.leaders.tied`), its tokens/s added to its
+    confirmation's further readings. False when the run ended otherwise than ok."""
+    result = task.measure(task.config_type.from_dict(trial.config))
+    if Outcome.read(result.outcome) is not Outcome.OK or not result.tokens_per_sec:
+        return False
+    key = confirmation_key(trial.number)
+    confirmation = Confirmation.read(study.user_attrs.get(key))
+    again = (*confirmation.again, float(result.tokens_per_sec))
+    study.set_user_attr(key, replace(confirmation, again=again).to_dict())
+    return True
 
 
 def _remeasure(study: "optuna.Study", trial: "TrialRecord", task: "Task") -> None:

@@ -396,8 +396,8 @@ class SearchSettings:
         True,
         Option(
             "--no-confirm",
-            "Do not re-measure the leaders at the end (up to 3 more trials): the recipe is then the best single "
-            "run, which noise may have favoured. For quick looks.",
+            "Do not re-measure the leaders at the end (3 fresh runs, more where they run close): the recipe is "
+            "then the best single run, which noise may have favoured. For quick looks.",
             "off",
         ),
     )

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -76,6 +77,9 @@ DAMAGED_ATTRS = "autotune:damaged_attrs"
 
 # A trial's re-measurement is a study attr (a trial's own attrs cannot change once it is done).
 CONFIRMATION_PREFIX = "confirmation:"
+AGAIN = "again"  # a confirmation's further readings
+# Student's t at 97.5 % by degrees of freedom: the 95 % interval of a mean of up to 4 runs
+T_975 = {2: 4.303, 3: 3.182}
 
 
 def confirmation_key(trial_number: int) -> str:
@@ -92,30 +96,36 @@ class Confirmation:
     tokens_per_sec_ci95: list[float] | None = None
     joules_per_token: float | None = None
     peak_memory_bytes: int | None = None
+    # tokens/s of further fresh runs, each ok, taken to tell near-tied leaders apart
+    # (`study.leaders.tied`); absent from the record when there are none, as in older studies
+    again: tuple[float, ...] = ()
 
     @property
     def reproduced(self) -> bool:
         return self.outcome is Outcome.OK and bool(self.tokens_per_sec)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             OUTCOME: self.outcome,
             TOKENS_PER_SEC: self.tokens_per_sec,
             CI95: self.tokens_per_sec_ci95,
             JOULES: self.joules_per_token,
             PEAK: self.peak_memory_bytes,
         }
+        return out | ({AGAIN: list(self.again)} if self.again else {})
 
     @classmethod
     def read(cls, data: Any) -> "Confirmation | None":
         if not isinstance(data, Mapping):
             return None
+        again = data.get(AGAIN)
         return cls(
             Outcome.read(data.get(OUTCOME)),
             _number(data.get(TOKENS_PER_SEC)),
             data.get(CI95) if isinstance(data.get(CI95), list) else None,
             _number(data.get(JOULES)),
             _integer(data.get(PEAK)),
+            tuple(v for v in map(_number, again) if v) if isinstance(again, list) else (),
         )
 
 
@@ -256,11 +266,12 @@ class TrialRecord:
 
     @property
     def runs(self) -> tuple[float, ...]:
-        """Its tokens/s: its own run, then its re-measurement where that reproduced it."""
+        """Its tokens/s: its own run, then its re-measurement where that reproduced it, then the
+        further runs that told it from a near-tie (`Confirmation.again`)."""
         if self.tokens_per_sec is None:
             return ()
         if self.confirmation is not None and self.confirmation.reproduced:
-            return (self.tokens_per_sec, float(self.confirmation.tokens_per_sec))
+            return (self.tokens_per_sec, float(self.confirmation.tokens_per_sec), *self.confirmation.again)
         return (self.tokens_per_sec,)
 
     @property
@@ -276,10 +287,16 @@ class TrialRecord:
         sqrt(h1^2 + h2^2) / 2, independent runs), and None where either run has none or the two
         differ by more than their intervals allow (|a - b| > sqrt(h1^2 + h2^2), the 95 % test of a
         difference): then what moved between the runs is not in either interval, and two runs
-        cannot say how much it is. Never the first run's interval beside the mean (issue D, #4)."""
+        cannot say how much it is. Never the first run's interval beside the mean (issue D, #4).
+        Over three runs or more, each in a fresh process: the interval of their mean from their
+        own spread (Student's t), which holds what moves between processes."""
         own = self.measurement.tokens_per_sec_ci95 if self.measurement else None
         if not self.confirmed:
             return list(own) if own else None
+        if len(self.runs) > 2:
+            n, mean = len(self.runs), self.figure
+            half = T_975[n - 1] * statistics.stdev(self.runs) / math.sqrt(n)
+            return [mean - half, mean + half]
         second = self.confirmation.tokens_per_sec_ci95 if self.confirmation else None
         if not own or not second:
             return None

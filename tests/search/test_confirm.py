@@ -4,6 +4,7 @@ and the best mean becoming the study's best and its recipe."""
 from __future__ import annotations
 
 import optuna
+import pytest
 from optuna.trial import TrialState, create_trial
 
 from autotune.config import TrainConfig
@@ -129,3 +130,48 @@ def test_a_challenger_that_falls_back_leaves_the_winner_and_none_is_measured_twi
     confirm_leaders(study, summarize(study).leaders, tiny_context())
     assert calls == [256, 512, 1024, 2048] and summarize(study).best.number == 0
     assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [] and len(calls) == 4
+
+
+def readings(monkeypatch, runs: dict[int, list[float]]) -> list[int]:
+    """Re-measurements in 'fresh processes': each budget reads its next rate, in order."""
+    calls: list[int] = []
+
+    def run_trial(spec, cfg, **kwargs):
+        calls.append(cfg.token_budget)
+        rate = runs[cfg.token_budget].pop(0)
+        return TrialResult("ok", None, Measurement(config=cfg.to_dict(), outcome="ok", tokens_per_sec=rate))
+
+    monkeypatch.setattr("autotune.search.training.run_trial", run_trial)
+    return calls
+
+
+def near_tie() -> optuna.Study:
+    return study_of((256, 1050.0, [1000.0, 1100.0]), (512, 1000.0, [950.0, 1050.0]), (1024, 990.0, [940.0, 1040.0]))
+
+
+def test_near_tied_leaders_are_measured_again_on_a_gpu_until_four_runs_each(monkeypatch):
+    """After their second runs #0 (1050, 1000: mean 1025) and #1 (1000, 1040: 1020) are 0.5 %
+    apart, under what two runs each can tell on a GPU's 1.5 % spread: both are measured again,
+    until told apart or four runs each. #1's four runs (mean 1033.75) beat #0's (1006.25): it is
+    the study's best and its recipe; two runs each would have chosen #0."""
+    study = near_tie()
+    study.set_user_attr("hardware", {"kind": "cuda"})
+    calls = readings(monkeypatch, {256: [1000.0, 990.0, 985.0], 512: [1040.0, 1050.0, 1045.0], 1024: [900.0]})
+    assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [0, 1, 2, 0, 1, 1, 0]
+    assert calls == [256, 512, 1024, 256, 512, 512, 256]  # the leader by mean first
+    summary = summarize(study)
+    assert summary.best.number == 1 and summary.best.figure == 1033.75
+    low, high = summary.best.figure_ci95  # from the four runs' spread (Student's t, 3 degrees of freedom)
+    assert 1033.75 - low == pytest.approx(high - 1033.75) == pytest.approx(3.182 * 22.8674 / 2, rel=1e-4)
+    recipe = recipe_from_trial(summary, study.study_name, "sqlite:///x.db")
+    assert recipe.measured["tokens_per_sec_runs"] == [1000.0, 1040.0, 1050.0, 1045.0]
+    # Resumed: four runs each is the most; nothing is measured again.
+    assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [] and len(calls) == 7
+
+
+def test_on_a_cpu_near_tied_leaders_are_not_measured_again(monkeypatch):
+    """A CPU's 6 % spread: four runs each could not resolve a 3 % difference, so none is taken."""
+    study = near_tie()
+    calls = readings(monkeypatch, {256: [1000.0], 512: [1040.0], 1024: [900.0]})
+    assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [0, 1, 2]
+    assert calls == [256, 512, 1024] and summarize(study).best.number == 0
