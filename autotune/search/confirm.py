@@ -1,6 +1,7 @@
 """Confirming the winner before it becomes a recipe: the leaders the rule asks for
 (`study.leaders`, which says why and how the winner is chosen) are measured once more, each in
-a fresh process, once per study; then any trial whose one run stands above the winner's mean."""
+a fresh process, once per study; then any trial whose one run stands above the winner's mean;
+then, on a GPU, the two best while they are near-tied (`study.leaders.tied`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 from autotune.measure.outcomes import Outcome
 from autotune.search.planner import NOISE
 from autotune.search.priors import CPU
-from autotune.study.leaders import LEADERS, READINGS, Candidate, challenger, tied, to_remeasure
+from autotune.study.leaders import DEFAULT_OBJECTIVE, LEADERS, READINGS, Candidate, challenger, tied, to_remeasure
 from autotune.study.record import Confirmation, confirmation_key, read_trials
 from autotune.study.summary import summarize
 
@@ -43,7 +44,10 @@ def confirm_leaders(study: "optuna.Study", top: Sequence[Candidate], task: "Task
             reporter.confirming(candidate.number, len(done) + 1, len(done) + 1)
         _remeasure(study, trials[candidate.number], task)
         done.append(candidate.number)
-    noise = NOISE["cuda"] if summarize(study).about.hardware.get("kind") == "cuda" else NOISE[CPU]
+    about = summarize(study).about
+    if about.objective != DEFAULT_OBJECTIVE:  # further runs read tokens/s: energy keeps two runs
+        return done
+    noise = NOISE["cuda"] if about.hardware.get("kind") == "cuda" else NOISE[CPU]
     for _ in range(2 * READINGS):  # each round adds a run to one of the two, at most READINGS each
         pair = tied(summarize(study).leaders, noise)
         if not pair:

@@ -15,7 +15,7 @@ is as fast or faster. So, at the end of a search:
 - then, while the two best means are closer than the noise lets two runs each tell apart, both
   are measured again, up to READINGS runs each (`tied`; tokens/s only, and only where that many
   runs can resolve a 3 % difference: a GPU's spread, not a CPU's). Replayed on the benchmarks'
-  whole table, 17 more runs of 720 recommended within 3 % of the best, for 7.6 % more seconds;
+  whole table, 17 more runs of 720 recommended within 3 % of the best, for 7.8 % more seconds;
 - the winner is the leader with the best mean over its runs, among those re-measured with a
   result (a re-measurement that ended otherwise than ok, e.g. out of memory, drops its leader
   when another one reproduced). Until the best is re-measured (a search stopped before), the

@@ -133,13 +133,16 @@ def test_a_challenger_that_falls_back_leaves_the_winner_and_none_is_measured_twi
 
 
 def readings(monkeypatch, runs: dict[int, list[float]]) -> list[int]:
-    """Re-measurements in 'fresh processes': each budget reads its next rate, in order."""
+    """Re-measurements in 'fresh processes': each budget reads its next rate, in order (and as
+    many tokens per joule)."""
     calls: list[int] = []
 
     def run_trial(spec, cfg, **kwargs):
         calls.append(cfg.token_budget)
         rate = runs[cfg.token_budget].pop(0)
-        return TrialResult("ok", None, Measurement(config=cfg.to_dict(), outcome="ok", tokens_per_sec=rate))
+        m = Measurement(config=cfg.to_dict(), outcome="ok", tokens_per_sec=rate)
+        m.joules_per_token = 1 / rate
+        return TrialResult("ok", None, m)
 
     monkeypatch.setattr("autotune.search.training.run_trial", run_trial)
     return calls
@@ -175,3 +178,17 @@ def test_on_a_cpu_near_tied_leaders_are_not_measured_again(monkeypatch):
     calls = readings(monkeypatch, {256: [1000.0], 512: [1040.0], 1024: [900.0]})
     assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [0, 1, 2]
     assert calls == [256, 512, 1024] and summarize(study).best.number == 0
+
+
+def test_an_energy_study_takes_no_further_runs_of_its_near_ties(monkeypatch):
+    """Further runs read tokens/s alone: an energy study's leaders, near-tied in tokens per joule
+    on a GPU, are measured once more each and no further."""
+    study = optuna.create_study(direction="maximize")
+    for key, value in (("memory_limit_bytes", LIMIT), ("model", "gpt2-tiny"), ("objective", "tokens_per_joule")):
+        study.set_user_attr(key, value)
+    study.set_user_attr("hardware", {"kind": "cuda"})
+    for budget, rate, ci in ((256, 1050.0, [1000.0, 1100.0]), (512, 1000.0, [950.0, 1050.0]), (1024, 990.0, None)):
+        add(study, budget, rate, ci, joules=1 / rate)
+    calls = readings(monkeypatch, {256: [1000.0] * 9, 512: [1040.0] * 9, 1024: [900.0] * 9})
+    confirm_leaders(study, summarize(study).leaders, tiny_context())
+    assert calls == [256, 512, 1024]
