@@ -78,8 +78,8 @@ DAMAGED_ATTRS = "autotune:damaged_attrs"
 # A trial's re-measurement is a study attr (a trial's own attrs cannot change once it is done).
 CONFIRMATION_PREFIX = "confirmation:"
 AGAIN = "again"  # a confirmation's further readings
-# Student's t at 97.5 % by degrees of freedom: the 95 % interval of a mean of up to 4 runs
-T_975 = {2: 4.303, 3: 3.182}
+# Student's t at 97.5 % by degrees of freedom: the 95 % interval of a mean of a few runs
+T_975 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def confirmation_key(trial_number: int) -> str:
@@ -295,7 +295,7 @@ class TrialRecord:
             return list(own) if own else None
         if len(self.runs) > 2:
             n, mean = len(self.runs), self.figure
-            half = T_975[n - 1] * statistics.stdev(self.runs) / math.sqrt(n)
+            half = T_975.get(n - 1, 1.96) * statistics.stdev(self.runs) / math.sqrt(n)
             return [mean - half, mean + half]
         second = self.confirmation.tokens_per_sec_ci95 if self.confirmation else None
         if not own or not second:
