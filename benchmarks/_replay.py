@@ -44,8 +44,7 @@ from optuna.trial import TrialState
 from autotune.config import TrainConfig
 from autotune.errors import UsageError
 from autotune.measure import outcomes
-from autotune.search.planner import NOISE, REMEASURE
-from autotune.search.priors import CPU
+from autotune.search.planner import REMEASURE, measurement_noise
 from autotune.space.definition import SearchSpace
 from autotune.space.file import parse_space
 from autotune.space.sampling import suggest
@@ -407,8 +406,7 @@ def confirm_leaders(history: History) -> tuple[dict[str, Any] | None, float]:
     cost = sum(trial_cost(table[k], warm=True) for k in leaders)
     # Near-tied leaders measured again, by the search's own rule (study.leaders.tied), with the
     # spread the search assumes on the sweep's device.
-    device = history.sweep.meta.get("device") or {}
-    noise = NOISE["cuda"] if device.get("kind") == "cuda" else NOISE[CPU]
+    noise = measurement_noise((history.sweep.meta.get("device") or {}).get("kind"))
     number = {k: i for i, k in enumerate(leaders)}
     while True:
         top = [Candidate(number[k], v[0], remeasured=True, second=v[1], again=tuple(v[2:])) for k, v in runs.items()]

@@ -9,8 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 from autotune.measure.outcomes import Outcome
-from autotune.search.planner import NOISE
-from autotune.search.priors import CPU
+from autotune.search.planner import measurement_noise
 from autotune.study.leaders import DEFAULT_OBJECTIVE, LEADERS, READINGS, Candidate, challenger, tied, to_remeasure
 from autotune.study.record import Confirmation, confirmation_key, read_trials
 from autotune.study.summary import summarize
@@ -44,12 +43,12 @@ def confirm_leaders(study: "optuna.Study", top: Sequence[Candidate], task: "Task
             reporter.confirming(candidate.number, len(done) + 1, len(done) + 1)
         _remeasure(study, trials[candidate.number], task)
         done.append(candidate.number)
-    about = summarize(study).about
-    if about.objective != DEFAULT_OBJECTIVE:  # further runs read tokens/s: energy keeps two runs
+    summary = summarize(study)
+    if summary.about.objective != DEFAULT_OBJECTIVE:  # further runs read tokens/s: energy keeps two
         return done
-    noise = NOISE["cuda"] if about.hardware.get("kind") == "cuda" else NOISE[CPU]
+    noise = measurement_noise(task.device.kind)
     for _ in range(2 * READINGS):  # each round adds a run to one of the two, at most READINGS each
-        pair = tied(summarize(study).leaders, noise)
+        pair = tied(summary.leaders, noise)
         if not pair:
             break
         for candidate in pair:
@@ -58,6 +57,7 @@ def confirm_leaders(study: "optuna.Study", top: Sequence[Candidate], task: "Task
             if not _measure_again(study, trials[candidate.number], task):
                 return done + [candidate.number]  # a run that ended otherwise than ok: the means stand
             done.append(candidate.number)
+        summary = summarize(study)
     return done
 
 

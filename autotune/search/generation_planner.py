@@ -47,7 +47,6 @@ from autotune.search.planner import (
     FIRST_COST_WEIGHT,
     KERNELS,
     MIN_FIT,
-    NOISE,
     REMEASURE,
     STOP_GAIN,
     Proposal,
@@ -56,6 +55,7 @@ from autotune.search.planner import (
     config_key,
     expected_improvement,
     incumbent,
+    measurement_noise,
     remeasure_reason,
 )
 from autotune.search.residual_model import Codes, SelfCheck, corrected, fit_rates
@@ -107,7 +107,7 @@ class GenerationPlanner:
     ) -> None:
         self.space, self.seed = space, seed
         self.device_kind = "cpu" if caps.kind == "cpu" else "cuda"
-        self.noise = NOISE["cpu"] if self.device_kind == "cpu" else NOISE["cuda"]
+        self.noise = measurement_noise(self.device_kind)
         # Training's 0.3 % is a fifth of a GPU reading's spread; a CPU's readings spread 6 %, and a
         # gain of a twentieth of that is one no run could show: a fifth of the noise on either.
         self.stop_gain = max(STOP_GAIN, self.noise / 5)

@@ -51,6 +51,14 @@ from autotune.space.enumerate import configurations, sample, size
 
 POOL = 60_000  # candidates scored at each ask: the whole space up to this size, else a sample
 NOISE = {priors.CPU: 0.06, "cuda": 0.015}  # the spread of one measurement of log tokens/s
+
+
+def measurement_noise(device_kind: str | None) -> float:
+    """One measurement's spread of log tokens/s on a device of this kind: a GPU's for "cuda",
+    else a CPU's (the wider, where the device is not known)."""
+    return NOISE["cuda"] if device_kind == "cuda" else NOISE[priors.CPU]
+
+
 STOP_GAIN = 0.003  # expected gain of the best next trial (fraction of tokens/s) below which to stop
 MIN_FIT = 0.5  # proposals need at least this chance to fit the limit less the headroom ...
 EDGE_FIT = 0.25  # ... or this much, at the memory edge, when a fit would gain EDGE_GAIN or more:
@@ -148,7 +156,7 @@ class Planner:
     ) -> None:
         self.space, self.device_kind, self.feasible_limit, self.seed = space, device_kind, feasible_limit, seed
         self.device = priors.device_class(device_kind, compute_capability)
-        self.noise = NOISE[priors.CPU] if device_kind == "cpu" else NOISE["cuda"]
+        self.noise = measurement_noise(device_kind)
         self.valid, self.pool_size = valid, pool
         self.memory_context = memory
         self.check: SelfCheck | None = None  # how well the last fit predicted its own trials

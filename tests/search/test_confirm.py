@@ -3,11 +3,14 @@ and the best mean becoming the study's best and its recipe."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
 from autotune.config import TrainConfig
+from autotune.device import DeviceInfo
 from autotune.measure.measurement import Measurement
 from autotune.recipe.from_study import recipe_from_trial
 from autotune.search.confirm import confirm_leaders
@@ -148,6 +151,11 @@ def readings(monkeypatch, runs: dict[int, list[float]]) -> list[int]:
     return calls
 
 
+def on_a_gpu():
+    """The tiny study's task, as a search on a GPU has it (its trials are faked here)."""
+    return dataclasses.replace(tiny_context(), device=DeviceInfo(kind="cuda", name="NVIDIA H100 (fake)"))
+
+
 def near_tie() -> optuna.Study:
     return study_of((256, 1050.0, [1000.0, 1100.0]), (512, 1000.0, [950.0, 1050.0]), (1024, 990.0, [940.0, 1040.0]))
 
@@ -158,9 +166,8 @@ def test_near_tied_leaders_are_measured_again_on_a_gpu_until_four_runs_each(monk
     until told apart or four runs each. #1's four runs (mean 1033.75) beat #0's (1006.25): it is
     the study's best and its recipe; two runs each would have chosen #0."""
     study = near_tie()
-    study.set_user_attr("hardware", {"kind": "cuda"})
     calls = readings(monkeypatch, {256: [1000.0, 990.0, 985.0], 512: [1040.0, 1050.0, 1045.0], 1024: [900.0]})
-    assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [0, 1, 2, 0, 1, 1, 0]
+    assert confirm_leaders(study, summarize(study).leaders, on_a_gpu()) == [0, 1, 2, 0, 1, 1, 0]
     assert calls == [256, 512, 1024, 256, 512, 512, 256]  # the leader by mean first
     summary = summarize(study)
     assert summary.best.number == 1 and summary.best.figure == 1033.75
@@ -169,7 +176,7 @@ def test_near_tied_leaders_are_measured_again_on_a_gpu_until_four_runs_each(monk
     recipe = recipe_from_trial(summary, study.study_name, "sqlite:///x.db")
     assert recipe.measured["tokens_per_sec_runs"] == [1000.0, 1040.0, 1050.0, 1045.0]
     # Resumed: four runs each is the most; nothing is measured again.
-    assert confirm_leaders(study, summarize(study).leaders, tiny_context()) == [] and len(calls) == 7
+    assert confirm_leaders(study, summarize(study).leaders, on_a_gpu()) == [] and len(calls) == 7
 
 
 def test_on_a_cpu_near_tied_leaders_are_not_measured_again(monkeypatch):
@@ -186,9 +193,8 @@ def test_an_energy_study_takes_no_further_runs_of_its_near_ties(monkeypatch):
     study = optuna.create_study(direction="maximize")
     for key, value in (("memory_limit_bytes", LIMIT), ("model", "gpt2-tiny"), ("objective", "tokens_per_joule")):
         study.set_user_attr(key, value)
-    study.set_user_attr("hardware", {"kind": "cuda"})
     for budget, rate, ci in ((256, 1050.0, [1000.0, 1100.0]), (512, 1000.0, [950.0, 1050.0]), (1024, 990.0, None)):
         add(study, budget, rate, ci, joules=1 / rate)
     calls = readings(monkeypatch, {256: [1000.0] * 9, 512: [1040.0] * 9, 1024: [900.0] * 9})
-    confirm_leaders(study, summarize(study).leaders, tiny_context())
+    confirm_leaders(study, summarize(study).leaders, on_a_gpu())
     assert calls == [256, 512, 1024]
